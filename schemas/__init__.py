@@ -1,0 +1,71 @@
+"""toolfleet's domain models: everything that crosses the broker or is stored."""
+
+from schemas.action import ActionResponseModel, CallParams, ToolInvocation
+from schemas.errors import (
+    ArgumentValidationError,
+    BrokerError,
+    ConfigurationError,
+    DuplicateToolError,
+    MalformedRequestError,
+    NotJSONError,
+    OversizedArgumentsError,
+    ToolfleetError,
+    ToolTimeoutError,
+    UnknownToolError,
+    WorkerLostError,
+)
+from schemas.event import Event
+from schemas.execution import MAX_ERRORS, Execution
+from schemas.function_calling import REDACTED, FunctionCalling, normalize_arguments, redact
+from schemas.messages import (
+    ActionRequest,
+    ActionRequestContent,
+    ActionResponse,
+    ActionResponseContent,
+    Message,
+)
+from schemas.serialize import UNSERIALIZABLE, describe_exception, format_error, to_jsonable
+from schemas.status import TERMINAL_STATUSES, EventStatus
+from schemas.tool import Tool, ToolKind, callable_kind, is_coro_func
+from schemas.wire import CallMessage, CallResult
+
+__all__ = [
+    "MAX_ERRORS",
+    "REDACTED",
+    "TERMINAL_STATUSES",
+    "UNSERIALIZABLE",
+    "ActionRequest",
+    "ActionRequestContent",
+    "ActionResponse",
+    "ActionResponseContent",
+    "ActionResponseModel",
+    "ArgumentValidationError",
+    "BrokerError",
+    "CallMessage",
+    "CallParams",
+    "CallResult",
+    "ConfigurationError",
+    "DuplicateToolError",
+    "Event",
+    "EventStatus",
+    "Execution",
+    "FunctionCalling",
+    "MalformedRequestError",
+    "Message",
+    "NotJSONError",
+    "OversizedArgumentsError",
+    "Tool",
+    "ToolInvocation",
+    "ToolKind",
+    "ToolTimeoutError",
+    "ToolfleetError",
+    "UnknownToolError",
+    "WorkerLostError",
+    "callable_kind",
+    "describe_exception",
+    "format_error",
+    "is_coro_func",
+    "normalize_arguments",
+    "redact",
+    "to_jsonable",
+]

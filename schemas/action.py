@@ -1,0 +1,66 @@
+"""What a branch action takes and returns: governance proposals, batch controls, results."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from schemas.status import EventStatus
+
+__all__ = ["ActionResponseModel", "CallParams", "ToolInvocation"]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolInvocation:
+    """The proposal a session gate authorizes: normalized arguments, as the tool will see them."""
+
+    function: str
+    arguments: dict[str, Any] = field(default_factory=dict)
+    branch_id: str | None = None
+
+
+class ActionResponseModel(BaseModel):
+    """The immediate result of one call, as returned by ``Branch.act()``."""
+
+    function: str = ""
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    output: Any = None
+    status: EventStatus = EventStatus.COMPLETED
+    error: str | None = None
+    call_id: str | None = None
+
+    @property
+    def success(self) -> bool:
+        return self.error is None
+
+
+class CallParams(BaseModel):
+    """Batch controls (the ADR's AlcallParams). Retries re-run FAILED attempts only."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    retry_attempts: int = Field(default=0, ge=0)
+    retry_initial_delay_s: float = Field(default=0.0, ge=0)
+    retry_backoff: float = Field(default=1.0, ge=1.0)
+    timeout_s: float | None = None
+    deadline_s: float | None = None
+    max_concurrent: int | None = None
+    throttle_period_s: float | None = None
+    return_exceptions: bool = False
+    output_dropna: bool = True
+
+    @field_validator("timeout_s", "deadline_s", "throttle_period_s")
+    @classmethod
+    def _positive_seconds(cls, value: float | None) -> float | None:
+        if value is not None and not value > 0:
+            raise ValueError(f"must be a positive number of seconds or None, got {value!r}")
+        return value
+
+    @field_validator("max_concurrent")
+    @classmethod
+    def _positive_count(cls, value: int | None) -> int | None:
+        if value is not None and value < 1:
+            raise ValueError(f"must be at least 1 or None for the default window, got {value!r}")
+        return value

@@ -1,0 +1,65 @@
+"""Every error toolfleet raises derives from :class:`ToolfleetError`.
+
+Messages name the offending value and say what to do instead.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ArgumentValidationError",
+    "BrokerError",
+    "ConfigurationError",
+    "DuplicateToolError",
+    "MalformedRequestError",
+    "NotJSONError",
+    "OversizedArgumentsError",
+    "ToolTimeoutError",
+    "ToolfleetError",
+    "UnknownToolError",
+    "WorkerLostError",
+]
+
+
+class ToolfleetError(Exception):
+    """Base class for all toolfleet errors."""
+
+
+class ConfigurationError(ToolfleetError, ValueError):
+    """Raised when a setting or parameter has a value toolfleet cannot use."""
+
+
+class MalformedRequestError(ToolfleetError, ValueError):
+    """Raised when an action request is not an ActionRequest, a model or a dict with
+    ``function`` and ``arguments``."""
+
+
+class ArgumentValidationError(ToolfleetError, ValueError):
+    """Raised when a call's arguments do not fit the tool's declared parameters."""
+
+
+class NotJSONError(ArgumentValidationError):
+    """Raised when a call's arguments cannot cross the broker as JSON."""
+
+
+class OversizedArgumentsError(ArgumentValidationError):
+    """Raised when a call's serialized arguments exceed the configured size limit."""
+
+
+class UnknownToolError(ToolfleetError, LookupError):
+    """Raised when a call names a tool that is not in the registry."""
+
+
+class DuplicateToolError(ToolfleetError, ValueError):
+    """Raised when a second tool is registered under a name already taken."""
+
+
+class ToolTimeoutError(ToolfleetError, TimeoutError):
+    """Raised when a tool runs past its ``timeout_s`` or its task's time limit."""
+
+
+class WorkerLostError(ToolfleetError):
+    """Raised when the worker running a non-idempotent call died before it finished."""
+
+
+class BrokerError(ToolfleetError, ConnectionError):
+    """Raised when the broker cannot be reached to enqueue or collect a call."""

@@ -1,0 +1,155 @@
+"""One tool call as a failure-capturing event (ADR-0012 D1)."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from pydantic import BaseModel, Field, ValidationError
+
+from schemas.errors import ArgumentValidationError, ToolTimeoutError
+from schemas.event import Event
+from schemas.serialize import to_jsonable
+from schemas.tool import Tool, is_coro_func
+
+__all__ = ["REDACTED", "FunctionCalling", "normalize_arguments", "redact"]
+
+REDACTED = "***"
+
+
+def redact(arguments: Mapping[str, Any], secret_args: frozenset[str]) -> dict[str, Any]:
+    """A copy of ``arguments`` with the value of every secret argument replaced by ``***``."""
+    return {k: (REDACTED if k in secret_args else v) for k, v in arguments.items()}
+
+
+def normalize_arguments(tool: Tool, arguments: Any) -> dict[str, Any]:
+    """Validate ``arguments`` against ``tool`` and return the normalized dict.
+
+    Raises ArgumentValidationError naming the tool and what is wrong.
+    """
+    if isinstance(arguments, BaseModel):
+        arguments = arguments.model_dump(exclude_unset=True)
+    if not isinstance(arguments, Mapping):
+        raise ArgumentValidationError(
+            f"arguments for tool {tool.function!r} must be a dict of parameter names to "
+            f"values, got {type(arguments).__name__}: {_preview(arguments)}"
+        )
+    arguments = dict(arguments)
+    bad_keys = [k for k in arguments if not isinstance(k, str)]
+    if bad_keys:
+        raise ArgumentValidationError(
+            f"argument names for tool {tool.function!r} must be strings, got {bad_keys[:5]!r}"
+        )
+    if tool.request_options is not None:
+        try:
+            model = tool.request_options.model_validate(arguments)
+        except ValidationError as exc:
+            raise ArgumentValidationError(
+                f"arguments for tool {tool.function!r} do not match "
+                f"{tool.request_options.__name__}: {_validation_summary(exc)}"
+            ) from None
+        return model.model_dump(exclude_unset=True)
+    keys = set(arguments)
+    if tool.strict:
+        if keys != tool.required_fields:
+            raise ArgumentValidationError(
+                f"strict tool {tool.function!r} takes exactly {sorted(tool.required_fields)}, "
+                f"got {sorted(keys)}; pass every parameter and nothing else"
+            )
+        return arguments
+    missing = tool.minimum_acceptable_fields - keys
+    if missing:
+        raise ArgumentValidationError(
+            f"tool {tool.function!r} is missing required arguments {sorted(missing)}; "
+            f"it takes {sorted(tool.required_fields)}"
+        )
+    unknown = keys - tool.required_fields
+    if unknown and not tool.accepts_extra_arguments:
+        raise ArgumentValidationError(
+            f"tool {tool.function!r} got unknown arguments {sorted(unknown)}; "
+            f"it takes {sorted(tool.required_fields)}"
+        )
+    return arguments
+
+
+class FunctionCalling(Event):
+    """preprocessor → callable → postprocessor, with the outcome recorded as data."""
+
+    func_tool: Tool = Field(..., exclude=True)
+    arguments: dict[str, Any]
+    timeout_s: float | None = Field(default=None, exclude=True)
+
+    def __init__(self, **data: Any) -> None:
+        # Validate before pydantic does, so a bad call raises ArgumentValidationError
+        # itself (not a wrapped ValidationError that would echo secret values).
+        tool = data.get("func_tool")
+        if isinstance(tool, Tool):
+            data["arguments"] = normalize_arguments(tool, data.get("arguments", {}))
+            if data.get("timeout_s") is None:
+                data["timeout_s"] = tool.timeout_s
+        super().__init__(**data)
+
+    @property
+    def function(self) -> str:
+        return self.func_tool.function
+
+    async def _invoke(self) -> Any:
+        if self.timeout_s is None:
+            return await self._pipeline()
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                return await self._pipeline()
+        except TimeoutError as exc:
+            if isinstance(exc, ToolTimeoutError):
+                raise
+            raise ToolTimeoutError(
+                f"tool {self.function!r} exceeded its timeout_s={self.timeout_s:g}"
+            ) from None
+
+    async def _pipeline(self) -> Any:
+        tool = self.func_tool
+        if tool.preprocessor is not None:
+            self.arguments = await self._call(
+                "preprocessor", tool.preprocessor, self.arguments, **tool.preprocessor_kwargs
+            )
+        response = await self._call("callable", tool.func_callable, **self.arguments)
+        if tool.postprocessor is not None:
+            response = await self._call(
+                "postprocessor", tool.postprocessor, response, **tool.postprocessor_kwargs
+            )
+        return response
+
+    async def _call(self, role: str, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        if is_coro_func(func):
+            return await func(*args, **kwargs)
+        result = func(*args, **kwargs)
+        if inspect.isawaitable(result):
+            close = getattr(result, "close", None)
+            if callable(close):
+                close()  # never leave a "coroutine was never awaited" warning behind
+            raise TypeError(
+                f"tool {self.function!r}: its {role} is declared sync but returned an "
+                f"awaitable ({type(result).__name__}); declare it `async def` or return a value"
+            )
+        return result
+
+    def to_dict(self) -> dict[str, Any]:
+        data = super().to_dict()
+        data["function"] = self.function
+        data["arguments"] = to_jsonable(redact(self.arguments, self.func_tool.secret_args))
+        return data
+
+
+def _preview(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _validation_summary(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors()[:5]:
+        loc = ".".join(str(p) for p in err["loc"]) or "<root>"
+        parts.append(f"{loc}: {err['msg']}")
+    return "; ".join(parts)

@@ -1,0 +1,123 @@
+"""A registered tool: its callable, its parameters and how it must be run."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+__all__ = ["Tool", "ToolKind", "callable_kind", "is_coro_func"]
+
+ToolKind = Literal["sync", "async"]
+
+
+def is_coro_func(func: Any) -> bool:
+    """True when calling ``func`` is declared to return a coroutine.
+
+    Unwraps ``functools.partial`` and recognises objects whose ``__call__`` is
+    ``async def``. Classification follows the declaration, never a returned value.
+    """
+    while isinstance(func, functools.partial):
+        func = func.func
+    if inspect.iscoroutinefunction(func):
+        return True
+    if not inspect.isfunction(func) and not inspect.ismethod(func) and callable(func):
+        call = getattr(type(func), "__call__", None)  # noqa: B004
+        return call is not None and inspect.iscoroutinefunction(call)
+    return False
+
+
+def callable_kind(func: Any) -> ToolKind:
+    return "async" if is_coro_func(func) else "sync"
+
+
+class Tool(BaseModel):
+    """A function exposed to the model, plus how toolfleet must execute it."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True, frozen=True)
+
+    func_callable: Callable[..., Any]
+    function: str = ""
+    request_options: type[BaseModel] | None = None
+    strict: bool = False
+    preprocessor: Callable[..., Any] | None = None
+    preprocessor_kwargs: dict[str, Any] = Field(default_factory=dict)
+    postprocessor: Callable[..., Any] | None = None
+    postprocessor_kwargs: dict[str, Any] = Field(default_factory=dict)
+    kind: ToolKind | None = None
+    timeout_s: float | None = None
+    secret_args: frozenset[str] = frozenset()
+    idempotent: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _derive(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        func = data.get("func_callable")
+        if func is None or not callable(func):
+            raise ValueError(
+                f"func_callable must be a callable, got {func!r}; pass the function to run"
+            )
+        if not data.get("function"):
+            data["function"] = _callable_name(func)
+        if data.get("kind") is None:
+            data["kind"] = callable_kind(func)
+        timeout_s = data.get("timeout_s")
+        if timeout_s is not None and not timeout_s > 0:
+            raise ValueError(
+                f"timeout_s must be a positive number of seconds or None, got {timeout_s!r}"
+            )
+        data["secret_args"] = frozenset(data.get("secret_args") or ())
+        return data
+
+    @property
+    def required_fields(self) -> frozenset[str]:
+        """Every declared parameter; a strict call must supply exactly these."""
+        if self.request_options is not None:
+            return frozenset(self.request_options.model_fields)
+        return frozenset(self._parameters())
+
+    @property
+    def minimum_acceptable_fields(self) -> frozenset[str]:
+        """Parameters without a default; a non-strict call must supply at least these."""
+        if self.request_options is not None:
+            return frozenset(
+                name for name, f in self.request_options.model_fields.items() if f.is_required()
+            )
+        return frozenset(
+            name for name, p in self._parameters().items() if p.default is inspect.Parameter.empty
+        )
+
+    @property
+    def accepts_extra_arguments(self) -> bool:
+        """True when the callable takes ``**kwargs``, so unknown keys are not an error."""
+        if self.request_options is not None:
+            return self.request_options.model_config.get("extra") == "allow"
+        try:
+            params = inspect.signature(self.func_callable).parameters.values()
+        except (TypeError, ValueError):
+            return True
+        return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+
+    def _parameters(self) -> dict[str, inspect.Parameter]:
+        try:
+            params = inspect.signature(self.func_callable).parameters
+        except (TypeError, ValueError):
+            return {}
+        return {
+            name: p
+            for name, p in params.items()
+            if p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+        }
+
+
+def _callable_name(func: Any) -> str:
+    while isinstance(func, functools.partial):
+        func = func.func
+    name = getattr(func, "__name__", None) or type(func).__name__
+    return str(name)

@@ -1,0 +1,36 @@
+"""The Redis key layout shared by workers and dispatchers. Every key is under one prefix."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["Keys"]
+
+
+@dataclass(frozen=True, slots=True)
+class Keys:
+    prefix: str = "toolfleet"
+
+    def event(self, call_id: str) -> str:
+        """String: the terminal CallResult JSON of one call (the idempotency record)."""
+        return f"{self.prefix}:event:{call_id}"
+
+    def started(self, call_id: str) -> str:
+        """String: set while a worker runs a call; found on redelivery = the worker was lost."""
+        return f"{self.prefix}:started:{call_id}"
+
+    def reply(self, collector_id: str) -> str:
+        """List: CallResult JSON pushed by workers for one collector to BLPOP."""
+        return f"{self.prefix}:reply:{collector_id}"
+
+    def history(self, branch_id: str) -> str:
+        """List: a branch's messages (ActionRequest/ActionResponse JSON), in order."""
+        return f"{self.prefix}:history:{branch_id}"
+
+    def events(self, branch_id: str) -> str:
+        """List: a branch's logged event records (FunctionCalling.to_dict() JSON), in order."""
+        return f"{self.prefix}:events:{branch_id}"
+
+    def cancel_channel(self) -> str:
+        """Pub/sub channel: call ids whose running async execution must be cancelled."""
+        return f"{self.prefix}:cancel"

@@ -1,0 +1,73 @@
+"""The one typed settings object, read from ``TOOLFLEET_*`` environment variables."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from schemas.errors import ConfigurationError
+
+__all__ = ["ENV_PREFIX", "Settings"]
+
+ENV_PREFIX = "TOOLFLEET_"
+
+
+class Settings(BaseModel):
+    """Everything a worker or a dispatcher needs to find the fleet and run calls.
+
+    Each field ``name`` is read from ``TOOLFLEET_<NAME>``.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    # None means "embedded": toolfleet starts a private Redis and local workers itself.
+    broker_url: str | None = None
+    # Celery's own result backend; off by default because the call record in Redis
+    # (under key_prefix) is the result. Set it to have AsyncResult(call_id) work too.
+    result_backend: str | None = None
+    tools: tuple[str, ...] = ()
+    key_prefix: str = "toolfleet"
+    sync_queue: str = "toolfleet.sync"
+    async_queue: str = "toolfleet.async"
+    sync_prefetch: int = Field(default=1, ge=1)
+    async_prefetch: int = Field(default=4, ge=1)
+    # Must exceed the longest tool timeout, or Redis redelivers calls still running.
+    visibility_timeout_s: float = Field(default=3600.0, gt=0)
+    # C8: calls of one act() in flight at once when call_params.max_concurrent is unset.
+    max_in_flight: int = Field(default=256, ge=1)
+    max_argument_bytes: int = Field(default=1_000_000, ge=1)
+    record_ttl_s: int = Field(default=7 * 24 * 3600, ge=1)
+    # Where the embedded default keeps its Redis socket, logs and Flower state.
+    run_dir: str | None = None
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+        """Read ``TOOLFLEET_*`` variables; ``overrides`` win over the environment."""
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for name in cls.model_fields:
+            raw = env.get(ENV_PREFIX + name.upper())
+            if raw is None or raw == "":
+                continue
+            values[name] = _split_list(raw) if name == "tools" else raw
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        try:
+            return cls.model_validate(values)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            field = str(err["loc"][0]) if err["loc"] else "?"
+            var = ENV_PREFIX + field.upper()
+            raise ConfigurationError(
+                f"{var}={values.get(field)!r} is invalid: {err['msg']}; fix or unset {var}"
+            ) from None
+
+    def key(self, *parts: str) -> str:
+        """A Redis key under this fleet's prefix."""
+        return ":".join((self.key_prefix, *parts))
+
+
+def _split_list(raw: str) -> tuple[str, ...]:
+    return tuple(p.strip() for p in raw.split(",") if p.strip())
