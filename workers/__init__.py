@@ -1,4 +1,4 @@
-"""The worker side of toolfleet: the Celery app, the execute task, the asyncio pool, the registry."""
+"""The worker side of toolfleet: Celery app, execute task, asyncio pool, tool registry."""
 
 from workers.keys import Keys
 from workers.settings import ENV_PREFIX, Settings
