@@ -202,4 +202,3 @@ def test_a_secret_never_reaches_the_event_record() -> None:
     record = json.dumps(call.to_dict())
     assert MARKER not in record
     assert call.to_dict()["arguments"]["api_key"] == "***"
-
