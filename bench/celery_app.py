@@ -1,0 +1,65 @@
+"""The raw-Celery baseline: a plain Celery app whose tasks call the same bench tools.
+
+Celery defaults throughout (prefetch 4, early ack), except JSON-only content, so the baseline
+is what a team gets from plain Celery. Workers find the broker in ``BENCH_BROKER_URL``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from typing import Any
+
+from celery import Celery
+
+from bench import tools
+
+__all__ = ["ECHO", "QUEUE", "SLEEP_ASYNC", "SLEEP_SYNC", "make_app"]
+
+QUEUE = "bench.raw"
+ECHO = "bench.echo"
+SLEEP_SYNC = "bench.sleep_sync"
+SLEEP_ASYNC = "bench.sleep_async"
+
+_loops = threading.local()
+
+
+def _thread_loop() -> asyncio.AbstractEventLoop:
+    # One loop per pool thread, reused: plain Celery's cheapest way to await a coroutine.
+    loop: asyncio.AbstractEventLoop | None = getattr(_loops, "loop", None)
+    if loop is None:
+        loop = asyncio.new_event_loop()
+        _loops.loop = loop
+    return loop
+
+
+def make_app(broker_url: str) -> Celery:
+    app = Celery("bench_raw", broker=broker_url, backend=broker_url, set_as_current=False)
+    app.conf.update(
+        task_serializer="json",
+        result_serializer="json",
+        accept_content=["json"],
+        task_default_queue=QUEUE,
+        result_expires=3600,
+        broker_connection_retry_on_startup=True,
+        worker_hijack_root_logger=False,
+    )
+
+    @app.task(name=ECHO, shared=False)
+    def echo(value: Any) -> Any:
+        return tools.echo(value)
+
+    @app.task(name=SLEEP_SYNC, shared=False)
+    def sleep_sync(seconds: float) -> float:
+        return tools.sleep_sync(seconds)
+
+    @app.task(name=SLEEP_ASYNC, shared=False)
+    def sleep_async(seconds: float) -> float:
+        return _thread_loop().run_until_complete(tools.sleep_async(seconds))
+
+    return app
+
+
+# The worker command (`celery -A bench.celery_app worker`) imports this module-level app.
+app = make_app(os.environ.get("BENCH_BROKER_URL", "redis://127.0.0.1:6379/7"))
