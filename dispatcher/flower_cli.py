@@ -1,12 +1,218 @@
-"""Placeholder: the owning issue replaces this module with its subcommands."""
+"""``toolfleet flower``: Flower, the Celery monitor, watching this fleet's broker.
+
+Flower runs in this process against the same Celery app configuration the workers use, so it
+decodes their events (JSON only) and reads the same queues. It binds 127.0.0.1 unless told
+otherwise and keeps its task history in a state file in the run directory.
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import os
+import sys
+from pathlib import Path
 from typing import Any
 
-__all__ = ["register"]
+from schemas.errors import ConfigurationError
+from workers.settings import ENV_PREFIX, Settings
+
+__all__ = ["STATE_FILE_NAME", "flower_argv", "register", "resolve_broker_url", "state_file"]
+
+STATE_FILE_NAME = "flower-state.db"
+# Flower saves its state on shutdown; a periodic save bounds what a crash (SIGKILL) loses.
+_STATE_SAVE_INTERVAL_MS = 60_000
+_LOOPBACK = {"127.0.0.1", "::1", "localhost"}
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
-    """Add this module's subcommands to the ``toolfleet`` parser."""
+    """Add ``toolfleet flower`` to the ``toolfleet`` parser."""
+    parser = subparsers.add_parser(
+        "flower",
+        help="start Flower, the web monitor, against the configured broker",
+        description=(
+            "Start Flower against TOOLFLEET_BROKER_URL (or the embedded default's Redis). "
+            "Each tool call appears as a task named tool:<function> whose id is the call_id. "
+            "Flower's /api/* needs --basic-auth (or FLOWER_UNAUTHENTICATED_API=true); "
+            "/metrics and /healthcheck are always open. Any FLOWER_* environment variable "
+            "(e.g. FLOWER_BASIC_AUTH=user:password) is applied too."
+        ),
+    )
+    parser.add_argument("--port", type=int, default=5555, help="HTTP port (default 5555)")
+    parser.add_argument(
+        "--address",
+        default="127.0.0.1",
+        help="address to bind (default 127.0.0.1; use 0.0.0.0 only behind auth)",
+    )
+    parser.add_argument(
+        "--basic-auth",
+        metavar="USER:PASSWORD",
+        action="append",
+        default=None,
+        help="require HTTP basic auth; repeat for several users",
+    )
+    parser.add_argument(
+        "--persistent",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help=f"keep task history across restarts in <run dir>/{STATE_FILE_NAME} (default on)",
+    )
+    parser.add_argument(
+        "--state-file",
+        default=None,
+        help=f"state file to use instead of <run dir>/{STATE_FILE_NAME}",
+    )
+    parser.add_argument(
+        "--url-prefix",
+        default=None,
+        help="serve under this path, e.g. flower behind a reverse proxy at /flower",
+    )
+    parser.set_defaults(func=_run)
+
+
+def resolve_broker_url(settings: Settings) -> str:
+    """The broker Flower watches: TOOLFLEET_BROKER_URL, else the embedded default's Redis."""
+    if settings.broker_url:
+        return settings.broker_url
+    embedded_url = _embedded_broker_url(settings)
+    if embedded_url is None:
+        raise ConfigurationError(
+            f"no broker to monitor: {ENV_PREFIX}BROKER_URL is unset and no embedded toolfleet "
+            f"Redis is running; set {ENV_PREFIX}BROKER_URL=redis://host:6379/0 "
+            "(or start the embedded default first, e.g. with `toolfleet demo`)"
+        )
+    return embedded_url
+
+
+def state_file(settings: Settings) -> Path:
+    """Where ``--persistent`` keeps Flower's state: a file in the run directory."""
+    return _run_dir(settings) / STATE_FILE_NAME
+
+
+def flower_argv(
+    *,
+    port: int,
+    address: str,
+    basic_auth: list[str] | None,
+    persistent: bool,
+    db_path: Path,
+    url_prefix: str | None = None,
+) -> list[str]:
+    """Flower's own (tornado) options for these choices."""
+    if not 0 < port < 65536:
+        raise ConfigurationError(f"--port {port} is not a TCP port; pass 1-65535")
+    argv = [f"--port={port}", f"--address={address}"]
+    for credentials in basic_auth or ():
+        user, sep, password = credentials.partition(":")
+        if not sep or not user or not password:
+            raise ConfigurationError(
+                f"--basic-auth {user or credentials!r}:... is not USER:PASSWORD; "
+                "pass both, separated by a colon"
+            )
+        argv.append(f"--basic_auth={credentials}")
+    argv.append(f"--persistent={persistent}")
+    if persistent:
+        argv += [f"--db={db_path}", f"--state_save_interval={_STATE_SAVE_INTERVAL_MS}"]
+    if url_prefix:
+        argv.append(f"--url_prefix={url_prefix}")
+    return argv
+
+
+def _run(args: argparse.Namespace) -> int:
+    settings = Settings.from_env()
+    broker_url = resolve_broker_url(settings)
+    db_path = Path(args.state_file) if args.state_file else state_file(settings)
+    if args.persistent:
+        db_path.parent.mkdir(parents=True, exist_ok=True)
+    argv = flower_argv(
+        port=args.port,
+        address=args.address,
+        basic_auth=args.basic_auth,
+        persistent=args.persistent,
+        db_path=db_path,
+        url_prefix=args.url_prefix,
+    )
+    has_auth = bool(args.basic_auth or os.environ.get("FLOWER_BASIC_AUTH"))
+    if args.address not in _LOOPBACK and not has_auth:
+        print(
+            f"toolfleet flower: warning: listening on {args.address} without --basic-auth; "
+            "anyone who reaches this port can see and revoke tasks",
+            file=sys.stderr,
+        )
+    _serve(_celery_app(settings, broker_url), argv)
+    return 0
+
+
+def _serve(celery_app: Any, argv: list[str]) -> None:
+    """What ``celery flower`` does, with our app object instead of one found by ``-A``."""
+    import signal
+
+    from flower import command as flower_command
+    from flower.app import Flower
+    from flower.urls import settings as flower_settings
+    from tornado.options import options
+
+    # Environment first, then our explicit options, so the command line wins.
+    flower_command.apply_env_options()
+    flower_command.apply_options("toolfleet flower", argv)
+    flower_command.extract_settings()
+    flower_command.setup_logging()
+
+    flower_app = Flower(capp=celery_app, options=options, **flower_settings)
+    # SIGTERM → SystemExit → stop(), which saves the persistent state.
+    signal.signal(signal.SIGTERM, flower_command.sigterm_handler)
+    port = flower_app.start_http_server()
+    print(
+        f"toolfleet flower: listening on http://{options.address}:{port}/ "
+        f"(state: {options.db if options.persistent else 'not persisted'})",
+        file=sys.stderr,
+        flush=True,
+    )
+    try:
+        flower_app.start()
+    except (KeyboardInterrupt, SystemExit):
+        pass
+    finally:
+        flower_app.stop()
+
+
+def _celery_app(settings: Settings, broker_url: str) -> Any:
+    """The workers' Celery app configuration, pointed at ``broker_url``."""
+    resolved = settings.model_copy(update={"broker_url": broker_url})
+    app_module = _optional_module("workers.app")
+    if app_module is None:
+        from celery import Celery
+
+        app = Celery("toolfleet", broker=broker_url, set_as_current=False)
+        app.conf.accept_content = ["json"]
+        return app
+    return app_module.create_app(resolved)
+
+
+def _embedded_broker_url(settings: Settings) -> str | None:
+    embedded = _optional_module("dispatcher.embedded")
+    if embedded is None:
+        return None
+    finder = getattr(embedded, "running_broker_url", None)
+    if finder is None:
+        return None
+    url: str | None = finder(settings)
+    return url
+
+
+def _run_dir(settings: Settings) -> Path:
+    if settings.run_dir:
+        return Path(settings.run_dir)
+    embedded = _optional_module("dispatcher.embedded")
+    default_run_dir = getattr(embedded, "run_dir", None)
+    if default_run_dir is None:
+        return Path.cwd() / ".toolfleet"
+    return Path(default_run_dir(settings))
+
+
+def _optional_module(name: str) -> Any:
+    # Modules other issues add; until they land Flower falls back to a plain configuration.
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        return None

@@ -1,0 +1,200 @@
+"""``toolfleet flower`` as a real process against the test Redis: binding, auth, state file."""
+
+from __future__ import annotations
+
+import base64
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from dispatcher.cli import EXIT_USAGE
+from dispatcher.flower_cli import STATE_FILE_NAME, flower_argv
+from schemas.errors import ConfigurationError
+
+_START_DEADLINE_S = 30.0
+
+
+@dataclass
+class FlowerProcess:
+    proc: subprocess.Popen[bytes]
+    port: int
+    log_path: Path
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def http_get(
+    url: str, auth: tuple[str, str] | None = None, timeout_s: float = 5.0
+) -> tuple[int, bytes]:
+    request = urllib.request.Request(url)
+    if auth is not None:
+        token = base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()
+        request.add_header("Authorization", f"Basic {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+def start_flower(
+    broker_url: str, run_dir: Path, *args: str, env: dict[str, str] | None = None
+) -> FlowerProcess:
+    """Start ``toolfleet flower`` on a free port; return once /healthcheck answers."""
+    port = free_port()
+    log_path = run_dir / f"flower-{port}.log"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith(("FLOWER_", "TOOLFLEET_"))}
+    full_env.update(TOOLFLEET_BROKER_URL=broker_url, TOOLFLEET_RUN_DIR=str(run_dir))
+    full_env.update(env or {})
+    with log_path.open("wb") as log_file:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "dispatcher.cli", "flower", "--port", str(port), *args],
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            env=full_env,
+        )
+    flower = FlowerProcess(proc, port, log_path)
+    deadline = time.monotonic() + _START_DEADLINE_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"toolfleet flower exited with {proc.returncode}:\n{flower.log()}")
+        try:
+            status, _ = http_get(f"{flower.base_url}/healthcheck", timeout_s=1.0)
+            if status == 200:
+                return flower
+        except OSError:
+            pass
+        time.sleep(0.1)
+    stop_flower(flower)
+    pytest.fail(f"toolfleet flower did not answer within {_START_DEADLINE_S}s:\n{flower.log()}")
+
+
+def stop_flower(flower: FlowerProcess) -> None:
+    if flower.proc.poll() is None:
+        os.kill(flower.proc.pid, signal.SIGTERM)
+        try:
+            flower.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.kill(flower.proc.pid, signal.SIGKILL)
+            flower.proc.wait(timeout=5)
+
+
+@pytest.fixture()
+def flower_factory(redis_url: str, tmp_path: Path) -> Iterator[Callable[..., FlowerProcess]]:
+    started: list[FlowerProcess] = []
+
+    def factory(*args: str, env: dict[str, str] | None = None) -> FlowerProcess:
+        flower = start_flower(redis_url, tmp_path / "run", *args, env=env)
+        started.append(flower)
+        return flower
+
+    yield factory
+    for flower in started:
+        stop_flower(flower)
+
+
+def test_basic_auth_refuses_without_credentials_and_accepts_with_them(
+    flower_factory: Callable[..., FlowerProcess],
+) -> None:
+    flower = flower_factory("--basic-auth", "ops:s3cret-pw", "--no-persistent")
+
+    for path in ("/api/tasks", "/api/workers", "/tasks", "/"):
+        status, _ = http_get(flower.base_url + path)
+        assert status == 401, f"{path} answered {status} without credentials"
+        status, _ = http_get(flower.base_url + path, auth=("ops", "wrong"))
+        assert status == 401, f"{path} answered {status} with a wrong password"
+
+    status, body = http_get(flower.base_url + "/api/tasks", auth=("ops", "s3cret-pw"))
+    assert status == 200
+    assert body.strip() == b"{}"
+    status, _ = http_get(flower.base_url + "/tasks", auth=("ops", "s3cret-pw"))
+    assert status == 200
+    # Prometheus scrapes without credentials.
+    status, body = http_get(flower.base_url + "/metrics")
+    assert status == 200
+    assert b"flower_events_total" in body or b"# HELP" in body
+
+
+def test_binds_loopback_by_default_and_keeps_state_in_the_run_dir(
+    flower_factory: Callable[..., FlowerProcess], tmp_path: Path
+) -> None:
+    flower = flower_factory(env={"FLOWER_UNAUTHENTICATED_API": "true"})
+
+    status, _ = http_get(flower.base_url + "/api/tasks")
+    assert status == 200
+    # Bound to 127.0.0.1 only: another local address of this machine is refused.
+    other = _non_loopback_address()
+    if other is not None:
+        with pytest.raises(OSError), socket.create_connection((other, flower.port), timeout=2):
+            pass
+
+    stop_flower(flower)
+    assert flower.proc.returncode == 0, flower.log()
+    state_files = list((tmp_path / "run").glob(STATE_FILE_NAME + "*"))
+    assert state_files, f"no {STATE_FILE_NAME} in the run dir after shutdown:\n{flower.log()}"
+
+
+def test_without_a_broker_exits_2_naming_the_variable(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLFLEET_")}
+    env["TOOLFLEET_RUN_DIR"] = str(tmp_path)
+    result = subprocess.run(
+        [sys.executable, "-m", "dispatcher.cli", "flower", "--port", str(free_port())],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == EXIT_USAGE, result.stderr
+    assert "TOOLFLEET_BROKER_URL" in result.stderr
+
+
+def test_flower_argv_rejects_malformed_basic_auth() -> None:
+    with pytest.raises(ConfigurationError, match="USER:PASSWORD"):
+        flower_argv(
+            port=5555,
+            address="127.0.0.1",
+            basic_auth=["nocolon"],
+            persistent=False,
+            db_path=Path("x"),
+        )
+    with pytest.raises(ConfigurationError, match="70000"):
+        flower_argv(
+            port=70000,
+            address="127.0.0.1",
+            basic_auth=None,
+            persistent=False,
+            db_path=Path("x"),
+        )
+
+
+def _non_loopback_address() -> str | None:
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            sock.connect(("10.255.255.255", 1))
+            address: str = sock.getsockname()[0]
+    except OSError:
+        return None
+    return None if address.startswith("127.") else address
