@@ -39,6 +39,7 @@ class Event(BaseModel):
 
     @status.setter
     def status(self, value: EventStatus) -> None:
+        value = EventStatus(value)  # a plain "completed" must still signal completion
         self.execution.status = value
         if value.is_terminal and self._completion_event is not None:
             self._completion_event.set()

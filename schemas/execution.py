@@ -79,7 +79,11 @@ def _error_to_jsonable(error: str | BaseException | None) -> Any:
         return error
     described: dict[str, Any] = describe_exception(error)
     if isinstance(error, BaseExceptionGroup):
-        described["exceptions"] = [_error_to_jsonable(e) for e in error.exceptions]
+        # A group raised by a tool itself is not capped by add_error; cap what is stored.
+        # Its message still says how many members it had.
+        described["exceptions"] = [
+            _error_to_jsonable(e) for e in error.exceptions[-MAX_ERRORS:]
+        ]
     return described
 
 

@@ -42,6 +42,12 @@ def normalize_arguments(tool: Tool, arguments: Any) -> dict[str, Any]:
         raise ArgumentValidationError(
             f"argument names for tool {tool.function!r} must be strings, got {bad_keys[:5]!r}"
         )
+    keys = set(arguments)
+    if tool.strict and keys != tool.required_fields:
+        raise ArgumentValidationError(
+            f"strict tool {tool.function!r} takes exactly {sorted(tool.required_fields)}, "
+            f"got {sorted(keys)}; pass every parameter and nothing else"
+        )
     if tool.request_options is not None:
         try:
             model = tool.request_options.model_validate(arguments)
@@ -51,13 +57,7 @@ def normalize_arguments(tool: Tool, arguments: Any) -> dict[str, Any]:
                 f"{tool.request_options.__name__}: {_validation_summary(exc)}"
             ) from None
         return model.model_dump(exclude_unset=True)
-    keys = set(arguments)
     if tool.strict:
-        if keys != tool.required_fields:
-            raise ArgumentValidationError(
-                f"strict tool {tool.function!r} takes exactly {sorted(tool.required_fields)}, "
-                f"got {sorted(keys)}; pass every parameter and nothing else"
-            )
         return arguments
     missing = tool.minimum_acceptable_fields - keys
     if missing:
@@ -85,6 +85,9 @@ class FunctionCalling(Event):
         # Validate before pydantic does, so a bad call raises ArgumentValidationError
         # itself (not a wrapped ValidationError that would echo secret values).
         tool = data.get("func_tool")
+        if isinstance(tool, Mapping):
+            # Otherwise pydantic would build the Tool later and skip argument validation.
+            tool = data["func_tool"] = Tool.model_validate(tool)
         if isinstance(tool, Tool):
             data["arguments"] = normalize_arguments(tool, data.get("arguments", {}))
             if data.get("timeout_s") is None:
@@ -98,11 +101,13 @@ class FunctionCalling(Event):
     async def _invoke(self) -> Any:
         if self.timeout_s is None:
             return await self._pipeline()
+        deadline = asyncio.timeout(self.timeout_s)
         try:
-            async with asyncio.timeout(self.timeout_s):
+            async with deadline:
                 return await self._pipeline()
-        except TimeoutError as exc:
-            if isinstance(exc, ToolTimeoutError):
+        except TimeoutError:
+            # A TimeoutError the tool raised itself is its own failure, not our deadline.
+            if not deadline.expired():
                 raise
             raise ToolTimeoutError(
                 f"tool {self.function!r} exceeded its timeout_s={self.timeout_s:g}"
@@ -126,9 +131,12 @@ class FunctionCalling(Event):
             return await func(*args, **kwargs)
         result = func(*args, **kwargs)
         if inspect.isawaitable(result):
-            close = getattr(result, "close", None)
-            if callable(close):
-                close()  # never leave a "coroutine was never awaited" warning behind
+            if isinstance(result, asyncio.Future):
+                result.cancel()  # a Task must not run on, orphaned, after the call failed
+            else:
+                close = getattr(result, "close", None)
+                if callable(close):
+                    close()  # never leave a "coroutine was never awaited" warning behind
             raise TypeError(
                 f"tool {self.function!r}: its {role} is declared sync but returned an "
                 f"awaitable ({type(result).__name__}); declare it `async def` or return a value"
@@ -138,8 +146,20 @@ class FunctionCalling(Event):
     def to_dict(self) -> dict[str, Any]:
         data = super().to_dict()
         data["function"] = self.function
-        data["arguments"] = to_jsonable(redact(self.arguments, self.func_tool.secret_args))
+        data["arguments"] = to_jsonable(self._shown_arguments())
         return data
+
+    def _shown_arguments(self) -> Any:
+        # A preprocessor may have replaced the arguments with a non-dict (the call then
+        # FAILED); the record must still serialize.
+        if isinstance(self.arguments, Mapping):
+            return redact(self.arguments, self.func_tool.secret_args)
+        return self.arguments
+
+    def __repr_args__(self) -> Any:
+        # repr() ends up in logs; secret argument values must not.
+        for name, value in super().__repr_args__():
+            yield name, (self._shown_arguments() if name == "arguments" else value)
 
 
 def _preview(value: Any, limit: int = 80) -> str:

@@ -26,33 +26,48 @@ class _Unserializable(Exception):
 
 def describe_exception(exc: BaseException) -> dict[str, str]:
     """``{"error": <type name>, "message": <text>}``, the ADR-0012 exception shape."""
-    return {"error": type(exc).__name__, "message": str(exc)}
+    return {"error": type(exc).__name__, "message": _exception_text(exc)}
 
 
 def format_error(exc: BaseException) -> str:
     """``"<Type>: <message>"``, the text stored in ``ActionResponseContent.error``."""
-    return f"{type(exc).__name__}: {exc}"
+    return f"{type(exc).__name__}: {_exception_text(exc)}"
+
+
+def _exception_text(exc: BaseException) -> str:
+    # A tool's exception with a broken __str__ must not crash the record of its failure.
+    try:
+        return str(exc)
+    except Exception:
+        return f"<unprintable {type(exc).__name__}>"
 
 
 def to_jsonable(value: Any) -> Any:
     """Convert ``value`` recursively; return ``"<unserializable>"`` if any part cannot be."""
     try:
         return _convert(value, 0)
-    except (_Unserializable, RecursionError):
+    except Exception:
+        # Besides _Unserializable and RecursionError: a model_dump, property or __iter__
+        # that raises makes the value unserializable, never its event's serialization.
         return UNSERIALIZABLE
 
 
 def _convert(value: Any, depth: int) -> Any:
     if depth > _MAX_DEPTH:
         raise _Unserializable
-    if value is None or isinstance(value, (bool, int, str)):
-        return value
-    if isinstance(value, float):
-        if math.isfinite(value):
-            return value
-        raise _Unserializable
+    # Enums first: an IntEnum or StrEnum must come out as its plain value.
     if isinstance(value, enum.Enum):
         return _convert(value.value, depth + 1)
+    if value is None or type(value) in (bool, int, str):
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, str):
+        return str(value)
+    if isinstance(value, float):
+        if math.isfinite(value):
+            return float(value)
+        raise _Unserializable
     if isinstance(value, BaseException):
         return describe_exception(value)
     if isinstance(value, BaseModel):

@@ -72,7 +72,11 @@ class Tool(BaseModel):
             raise ValueError(
                 f"timeout_s must be a positive number of seconds or None, got {timeout_s!r}"
             )
-        data["secret_args"] = frozenset(data.get("secret_args") or ())
+        secret_args = data.get("secret_args") or ()
+        # A bare name is one argument, not the set of its characters (which redacts nothing).
+        if isinstance(secret_args, str):
+            secret_args = (secret_args,)
+        data["secret_args"] = frozenset(secret_args)
         return data
 
     @property
