@@ -10,6 +10,7 @@ __all__ = [
     "BrokerError",
     "ConfigurationError",
     "DuplicateToolError",
+    "EmbeddedStartError",
     "MalformedRequestError",
     "NotJSONError",
     "OversizedArgumentsError",
@@ -63,3 +64,7 @@ class WorkerLostError(ToolfleetError):
 
 class BrokerError(ToolfleetError, ConnectionError):
     """Raised when the broker cannot be reached to enqueue or collect a call."""
+
+
+class EmbeddedStartError(ToolfleetError, RuntimeError):
+    """Raised when the embedded Redis or a local worker does not start or answer in time."""
