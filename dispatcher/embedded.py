@@ -40,10 +40,11 @@ __all__ = [
     "BROKER_ENV",
     "EmbeddedFleet",
     "EmbeddedRedis",
-    "embedded_home",
     "find_redis_server",
     "live_fleets",
     "resolve_fleet",
+    "run_dir",
+    "running_broker_url",
 ]
 
 BROKER_ENV = ENV_PREFIX + "BROKER_URL"
@@ -51,10 +52,14 @@ _PR_SET_PDEATHSIG = 1
 _POLL_S = 0.02
 
 
-def embedded_home() -> Path:
-    """Where embedded state lives: ``$TOOLFLEET_HOME`` or ``~/.toolfleet``."""
-    configured = os.environ.get(ENV_PREFIX + "HOME")
-    return Path(configured) if configured else Path.home() / ".toolfleet"
+def run_dir(settings: Settings | None = None) -> Path:
+    """Where embedded state lives: ``TOOLFLEET_RUN_DIR`` or ``~/.toolfleet``.
+
+    ``<run dir>/embedded`` holds the saved Redis data and ``<run dir>/run/<pid>`` the socket
+    URL and logs of each embedded fleet running now.
+    """
+    settings = settings or Settings.from_env()
+    return Path(settings.run_dir) if settings.run_dir else Path.home() / ".toolfleet"
 
 
 def find_redis_server() -> str:
@@ -274,7 +279,7 @@ class EmbeddedFleet:
         tools: Sequence[str],
         *,
         base: Settings | None = None,
-        run_dir: Path | None = None,
+        fleet_dir: Path | None = None,
         sync_concurrency: int = 2,
         async_concurrency: int = 100,
         ready_timeout_s: float = 60.0,
@@ -283,8 +288,8 @@ class EmbeddedFleet:
     ) -> None:
         self.tools = tuple(tools)
         self.base = base or Settings()
-        home = embedded_home()
-        self.run_dir = run_dir or Path(self.base.run_dir or home / "run") / str(os.getpid())
+        home = run_dir(self.base)
+        self.run_dir = fleet_dir or home / "run" / str(os.getpid())
         self.redis = EmbeddedRedis(
             run_dir=self.run_dir, data_dir=home / "embedded" if persist else None
         )
@@ -447,9 +452,9 @@ def _control_app(settings: Settings) -> Any:
     return create_app(settings)
 
 
-def live_fleets() -> Iterator[tuple[int, str]]:
-    """(pid, broker URL) of each embedded fleet running now under this user's home."""
-    run_root = embedded_home() / "run"
+def live_fleets(settings: Settings | None = None) -> Iterator[tuple[int, str]]:
+    """(pid, broker URL) of each embedded fleet running now under this run directory."""
+    run_root = run_dir(settings) / "run"
     if not run_root.is_dir():
         return
     for entry in sorted(run_root.iterdir()):
@@ -461,6 +466,13 @@ def live_fleets() -> Iterator[tuple[int, str]]:
             continue
         with contextlib.suppress(OSError):
             yield pid, url_file.read_text().strip()
+
+
+def running_broker_url(settings: Settings | None = None) -> str | None:
+    """The broker URL of an embedded fleet running now, if any (for flower, status)."""
+    for _pid, url in live_fleets(settings):
+        return url
+    return None
 
 
 @contextlib.contextmanager
