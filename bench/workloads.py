@@ -1,0 +1,296 @@
+"""The five workloads, each measured in every mode in one run, with ratios and targets."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable, Iterable
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+
+from bench import fleet, inprocess, tools
+from bench.celery_app import ECHO, SLEEP_ASYNC, SLEEP_SYNC
+from bench.measure import Result, percentile
+from bench.procs import WorkerProcess, repo_root
+from bench.raw_celery import RawCelery
+from bench.raw_celery import worker as raw_worker
+from bench.sizes import Sizes
+
+__all__ = ["MODES", "WORKLOADS", "Context"]
+
+MODES = ("inprocess", "celery", "toolfleet", "toolfleet-batched")
+BATCH_TIMEOUT_S = 900.0
+
+
+@dataclass
+class Context:
+    broker_url: str
+    sizes: Sizes
+    modes: frozenset[str] = frozenset(MODES)
+    emit: Callable[[Result], None] = field(default=lambda r: print(r.to_json(), flush=True))
+
+    def wants(self, mode: str) -> bool:
+        return mode in self.modes
+
+    def fleet_skip(self, mode: str) -> str | None:
+        """Why a toolfleet mode cannot run here, or None."""
+        return fleet.unavailable(batched=mode == "toolfleet-batched")
+
+
+def _args_echo(n: int) -> list[dict[str, object]]:
+    return [{"value": i} for i in range(n)]
+
+
+def _args_sleep(n: int, seconds: float) -> list[dict[str, object]]:
+    return [{"seconds": seconds} for _ in range(n)]
+
+
+def _skipped(workload: str, mode: str, reason: str, variant: str = "") -> Result:
+    return Result(workload, mode, 0, 0.0, variant=variant, skipped=reason)
+
+
+def _started(stack: ExitStack, worker: WorkerProcess) -> WorkerProcess:
+    return stack.enter_context(worker)
+
+
+# --- echo: per-call overhead -------------------------------------------------------------
+
+
+def echo(ctx: Context) -> list[Result]:
+    n, c = ctx.sizes.echo_calls, ctx.sizes.echo_workers
+    args = _args_echo(n)
+    results = []
+    if ctx.wants("inprocess"):
+        results.append(Result("echo", "inprocess", n, inprocess.run_batch(tools.echo, args)))
+    if ctx.wants("celery"):
+        with raw_worker(ctx.broker_url, "prefork", c, "bench-raw-echo"):
+            client = RawCelery(ctx.broker_url)
+            wall_s = client.run_batch(ECHO, args, BATCH_TIMEOUT_S)
+            client.close()
+        results.append(Result("echo", "celery", n, wall_s, extra={"concurrency": c}))
+    for mode in ("toolfleet", "toolfleet-batched"):
+        if not ctx.wants(mode):
+            continue
+        batched = mode == "toolfleet-batched"
+        reason = ctx.fleet_skip(mode)
+        if reason:
+            results.append(_skipped("echo", mode, reason))
+            continue
+        with fleet.worker(ctx.broker_url, "sync", c, f"bench-fleet-echo-{mode}"):
+            with fleet.FleetClient(ctx.broker_url) as client:
+                wall_s = client.run_batch("echo", args, BATCH_TIMEOUT_S, batched=batched)
+        results.append(Result("echo", mode, n, wall_s, extra={"concurrency": c}))
+    by_mode = {r.mode: r for r in results if r.skipped is None}
+    for r in by_mode.values():
+        for other in by_mode.values():
+            if other is not r:
+                r.ratios[f"per_call_vs_{other.mode}"] = r.per_call_ms / other.per_call_ms
+    celery = by_mode.get("celery")
+    if celery is not None:
+        if "toolfleet" in by_mode:
+            ratio = by_mode["toolfleet"].per_call_ms / celery.per_call_ms
+            by_mode["toolfleet"].target = _target("per_call <= 1.25 x celery", ratio, ratio <= 1.25)
+        if "toolfleet-batched" in by_mode:
+            ratio = by_mode["toolfleet-batched"].calls_per_s / celery.calls_per_s
+            by_mode["toolfleet-batched"].target = _target(
+                "calls_per_s >= 3 x celery", ratio, ratio >= 3.0
+            )
+    return results
+
+
+# --- sync: blocking calls spread over worker processes -----------------------------------
+
+
+def sync(ctx: Context) -> list[Result]:
+    n, sleep_s = ctx.sizes.sync_calls, ctx.sizes.sleep_s
+    args = _args_sleep(n, sleep_s)
+    results: list[Result] = []
+    base: Result | None = None
+    if ctx.wants("inprocess"):
+        base = Result("sync", "inprocess", n, inprocess.run_batch(tools.sleep_sync, args))
+        results.append(base)
+    for c in ctx.sizes.sync_concurrency:
+        variant = f"concurrency={c}"
+        row: list[Result] = []
+        if ctx.wants("celery"):
+            with raw_worker(ctx.broker_url, "prefork", c, f"bench-raw-sync{c}"):
+                client = RawCelery(ctx.broker_url)
+                wall_s = client.run_batch(SLEEP_SYNC, args, BATCH_TIMEOUT_S)
+                client.close()
+            row.append(Result("sync", "celery", n, wall_s, variant=variant))
+        if ctx.wants("toolfleet"):
+            reason = ctx.fleet_skip("toolfleet")
+            if reason:
+                results.append(_skipped("sync", "toolfleet", reason, variant))
+            else:
+                with fleet.worker(ctx.broker_url, "sync", c, f"bench-fleet-sync{c}"):
+                    with fleet.FleetClient(ctx.broker_url) as client:
+                        wall_s = client.run_batch("sleep_sync", args, BATCH_TIMEOUT_S)
+                row.append(Result("sync", "toolfleet", n, wall_s, variant=variant))
+        for r in row:
+            r.extra["concurrency"] = c
+            if base is not None:
+                speedup = base.wall_s / r.wall_s
+                r.ratios["speedup_vs_inprocess"] = speedup
+                r.ratios["speedup_per_worker"] = speedup / c
+                if r.mode == "toolfleet":
+                    r.target = _target("speedup >= 0.8 x concurrency", speedup / c, speedup >= 0.8 * c)
+            for other in row:
+                if other is not r:
+                    r.ratios[f"wall_vs_{other.mode}"] = r.wall_s / other.wall_s
+        results.extend(row)
+    return results
+
+
+# --- async: thousands of awaits on one worker --------------------------------------------
+
+
+def async_(ctx: Context) -> list[Result]:
+    n, sleep_s = ctx.sizes.async_calls, ctx.sizes.sleep_s
+    args = _args_sleep(n, sleep_s)
+    results: list[Result] = []
+    if ctx.wants("inprocess"):
+        results.append(Result("async", "inprocess", n, inprocess.run_batch(tools.sleep_async, args)))
+    celery_runs: list[Result] = []
+    if ctx.wants("celery"):
+        for threads in ctx.sizes.async_thread_pools:
+            with raw_worker(ctx.broker_url, "threads", threads, f"bench-raw-async{threads}"):
+                client = RawCelery(ctx.broker_url)
+                wall_s = client.run_batch(SLEEP_ASYNC, args, BATCH_TIMEOUT_S)
+                client.close()
+            celery_runs.append(
+                Result("async", "celery", n, wall_s, variant=f"threads={threads}",
+                       extra={"pool": "threads", "concurrency": threads})
+            )  # fmt: skip
+        results.extend(celery_runs)
+    best = min(celery_runs, key=lambda r: r.wall_s) if celery_runs else None
+    if best is not None:
+        best.extra["best_celery_pool"] = True
+    for mode in ("toolfleet", "toolfleet-batched"):
+        if not ctx.wants(mode):
+            continue
+        reason = ctx.fleet_skip(mode)
+        if reason:
+            results.append(_skipped("async", mode, reason))
+            continue
+        batched = mode == "toolfleet-batched"
+        concurrency = max(ctx.sizes.async_thread_pools)
+        with fleet.worker(ctx.broker_url, "async", concurrency, f"bench-fleet-async-{mode}"):
+            with fleet.FleetClient(ctx.broker_url) as client:
+                wall_s = client.run_batch("sleep_async", args, BATCH_TIMEOUT_S, batched=batched)
+        r = Result("async", mode, n, wall_s, extra={"pool": "asyncio", "concurrency": concurrency})
+        results.append(r)
+        if best is not None:
+            ratio = r.wall_s / best.wall_s
+            r.ratios["wall_vs_best_celery"] = ratio
+            if not batched:
+                r.target = _target("wall <= 1.25 x best celery pool", ratio, ratio <= 1.25)
+        if batched:
+            r.target = _target("wall < 2 s", r.wall_s, r.wall_s < 2.0)
+    inproc = next((r for r in results if r.mode == "inprocess"), None)
+    for r in results:
+        if inproc is not None and r is not inproc and r.skipped is None:
+            r.ratios["wall_vs_inprocess"] = r.wall_s / inproc.wall_s
+    return results
+
+
+# --- latency: one call at a time ---------------------------------------------------------
+
+
+def latency(ctx: Context) -> list[Result]:
+    n, c = ctx.sizes.latency_calls, ctx.sizes.echo_workers
+    args = _args_echo(n)
+    runs: dict[str, list[float]] = {}
+    results: list[Result] = []
+    if ctx.wants("inprocess"):
+        runs["inprocess"] = inprocess.run_sequential(tools.echo, args)
+    if ctx.wants("celery"):
+        with raw_worker(ctx.broker_url, "prefork", c, "bench-raw-latency"):
+            client = RawCelery(ctx.broker_url)
+            client.run_sequential(ECHO, args[:5], BATCH_TIMEOUT_S)  # warm the connections
+            runs["celery"] = client.run_sequential(ECHO, args, BATCH_TIMEOUT_S)
+            client.close()
+    if ctx.wants("toolfleet"):
+        reason = ctx.fleet_skip("toolfleet")
+        if reason:
+            results.append(_skipped("latency", "toolfleet", reason))
+        else:
+            with fleet.worker(ctx.broker_url, "sync", c, "bench-fleet-latency"):
+                with fleet.FleetClient(ctx.broker_url) as client:
+                    client.run_sequential("echo", args[:5], BATCH_TIMEOUT_S)
+                    runs["toolfleet"] = client.run_sequential("echo", args, BATCH_TIMEOUT_S)
+    for mode, lat in runs.items():
+        results.append(
+            Result("latency", mode, n, sum(lat),
+                   extra={"p50_ms": 1000 * percentile(lat, 50), "p99_ms": 1000 * percentile(lat, 99)})
+        )  # fmt: skip
+    measured = {r.mode: r for r in results if r.skipped is None}
+    for r in measured.values():
+        for other in measured.values():
+            if other is not r:
+                r.ratios[f"p50_vs_{other.mode}"] = r.extra["p50_ms"] / other.extra["p50_ms"]
+    if "toolfleet" in measured and "celery" in measured:
+        ratio = measured["toolfleet"].extra["p50_ms"] / measured["celery"].extra["p50_ms"]
+        measured["toolfleet"].target = _target("p50 <= 1.2 x celery", ratio, ratio <= 1.2)
+    return results
+
+
+# --- rss: the dispatcher's peak memory for a big batch -----------------------------------
+
+
+RSS_LIMIT_MB = 500.0
+
+
+def rss(ctx: Context) -> list[Result]:
+    if not ctx.wants("toolfleet"):
+        return []
+    reason = ctx.fleet_skip("toolfleet")
+    if reason:
+        return [_skipped("rss", "toolfleet", reason)]
+    results: list[Result] = []
+    with fleet.worker(ctx.broker_url, "sync", ctx.sizes.echo_workers, "bench-fleet-rss"):
+        for n in ctx.sizes.rss_calls:
+            probe = _rss_probe(ctx.broker_url, n)
+            results.append(
+                Result("rss", "toolfleet", n, probe["wall_s"], variant=f"calls={n}",
+                       extra={"peak_rss_mb": probe["peak_rss_kb"] / 1024,
+                              "baseline_rss_mb": probe["baseline_rss_kb"] / 1024})
+            )  # fmt: skip
+    small, big = results[0], results[-1]
+    growth_mb = big.extra["peak_rss_mb"] - small.extra["peak_rss_mb"]
+    extra_calls = big.calls - small.calls
+    if extra_calls > 0:
+        big.extra["growth_bytes_per_call"] = growth_mb * 1024 * 1024 / extra_calls
+    big.ratios["peak_vs_smaller_batch"] = big.extra["peak_rss_mb"] / small.extra["peak_rss_mb"]
+    peak = big.extra["peak_rss_mb"]
+    big.target = _target(f"peak_rss < {RSS_LIMIT_MB:g} MB", peak, peak < RSS_LIMIT_MB)
+    return results
+
+
+def _rss_probe(broker_url: str, calls: int) -> dict[str, float]:
+    # A fresh process, so VmHWM is this batch's peak and nothing else's.
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.rss_probe", "--broker", broker_url, "--calls", str(calls)],
+        cwd=str(repo_root()),
+        capture_output=True,
+        text=True,
+        timeout=BATCH_TIMEOUT_S,
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"bench.rss_probe --calls {calls} failed:\n{out.stderr[-3000:]}")
+    probe: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
+    return probe
+
+
+def _target(name: str, value: float, met: bool) -> dict[str, object]:
+    return {"name": name, "value": round(value, 3), "met": bool(met)}
+
+
+WORKLOADS: dict[str, Callable[[Context], Iterable[Result]]] = {
+    "echo": echo,
+    "sync": sync,
+    "async": async_,
+    "latency": latency,
+    "rss": rss,
+}
