@@ -1,0 +1,158 @@
+"""What ``toolfleet run`` shows a person: a live progress bar and a closing summary.
+
+The bar counts done / failed / denied, calls per second and the ETA; it is drawn only when the
+output is a terminal. The summary table gives counts by outcome, the slowest tools and the
+total time.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Iterable
+from types import TracebackType
+from typing import Any
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    Task,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+from rich.text import Text
+
+from dispatcher.call_record import OUTCOMES, CallRecord
+
+__all__ = ["BatchProgress", "render_results", "render_summary", "slowest_tools"]
+
+_OUTCOME_STYLE = {
+    "done": "green",
+    "failed": "red",
+    "denied": "yellow",
+    "cancelled": "magenta",
+    "malformed": "red",
+}
+
+
+class _RateColumn(ProgressColumn):
+    def render(self, task: Task) -> Text:
+        elapsed = task.elapsed or 0.0
+        rate = task.completed / elapsed if elapsed > 0 else 0.0
+        return Text(f"{rate:,.1f} calls/s", style="cyan")
+
+
+class _CountsColumn(ProgressColumn):
+    def render(self, task: Task) -> Text:
+        counts: Counter[str] = task.fields.get("counts", Counter())
+        text = Text()
+        for outcome in ("done", "failed", "denied"):
+            if text:
+                text.append("  ")
+            text.append(f"{outcome} {counts.get(outcome, 0)}", style=_OUTCOME_STYLE[outcome])
+        for outcome in ("cancelled", "malformed"):
+            if counts.get(outcome):
+                text.append(f"  {outcome} {counts[outcome]}", style=_OUTCOME_STYLE[outcome])
+        return text
+
+
+class BatchProgress:
+    """Counts results as they arrive; draws a live bar on ``console`` when it is a terminal."""
+
+    def __init__(self, total: int, console: Console, *, enabled: bool = True) -> None:
+        self.total = total
+        self.counts: Counter[str] = Counter()
+        self.started_at = time.monotonic()
+        self._progress: Progress | None = None
+        self._task_id: Any = None
+        if enabled and console.is_terminal:
+            self._progress = Progress(
+                TextColumn("[bold]toolfleet run"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                _CountsColumn(),
+                _RateColumn(),
+                TimeElapsedColumn(),
+                TextColumn("ETA"),
+                TimeRemainingColumn(),
+                console=console,
+                transient=False,
+                refresh_per_second=10,
+            )
+            self._task_id = self._progress.add_task("calls", total=total, counts=self.counts)
+
+    def __enter__(self) -> BatchProgress:
+        if self._progress is not None:
+            self._progress.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+
+    def advance(self, record: CallRecord) -> None:
+        self.counts[record.outcome] += 1
+        if self._progress is not None:
+            self._progress.update(self._task_id, advance=1, counts=self.counts)
+
+    @property
+    def elapsed_s(self) -> float:
+        return time.monotonic() - self.started_at
+
+
+def slowest_tools(records: Iterable[CallRecord], limit: int = 5) -> list[tuple[str, float, int]]:
+    """(function, slowest duration in seconds, calls) for the tools with the slowest calls."""
+    worst: dict[str, float] = {}
+    calls: Counter[str] = Counter()
+    for record in records:
+        if record.function is None or record.duration_s is None:
+            continue
+        calls[record.function] += 1
+        worst[record.function] = max(worst.get(record.function, 0.0), record.duration_s)
+    ranked = sorted(worst.items(), key=lambda item: item[1], reverse=True)[:limit]
+    return [(name, duration, calls[name]) for name, duration in ranked]
+
+
+def render_summary(records: list[CallRecord], elapsed_s: float) -> Table:
+    """Counts by outcome, the slowest tools and the total time, as one table."""
+    counts = Counter(record.outcome for record in records)
+    table = Table(title="toolfleet run: summary", show_header=True, header_style="bold")
+    table.add_column("outcome")
+    table.add_column("calls", justify="right")
+    for outcome in OUTCOMES:
+        if counts.get(outcome) or outcome in ("done", "failed", "denied"):
+            table.add_row(Text(outcome, style=_OUTCOME_STYLE[outcome]), str(counts[outcome]))
+    table.add_row("total", str(len(records)), end_section=True)
+    rate = len(records) / elapsed_s if elapsed_s > 0 else 0.0
+    table.add_row("total time", f"{elapsed_s:.2f}s ({rate:,.1f} calls/s)", end_section=True)
+    for name, duration, calls in slowest_tools(records):
+        table.add_row(f"slowest: {name}", f"{duration:.3f}s (of {calls} calls)")
+    return table
+
+
+def render_results(records: list[CallRecord], *, width: int = 60) -> Table:
+    """One row per result, in input order, for a person reading a small batch."""
+    table = Table(title="results", show_header=True, header_style="bold")
+    for column in ("line", "function", "outcome", "output / error"):
+        table.add_column(column, overflow="fold")
+    for record in records:
+        shown = record.error if record.error is not None else repr(record.output)
+        if len(shown) > width:
+            shown = shown[: width - 1] + "…"
+        table.add_row(
+            str(record.line_no),
+            record.function or "-",
+            Text(record.outcome, style=_OUTCOME_STYLE[record.outcome]),
+            shown,
+        )
+    return table
