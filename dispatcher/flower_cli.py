@@ -13,7 +13,9 @@ import os
 import sys
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
+from dispatcher.embedded import run_dir, running_broker_url
 from schemas.errors import ConfigurationError
 from workers.settings import ENV_PREFIX, Settings
 
@@ -74,19 +76,23 @@ def resolve_broker_url(settings: Settings) -> str:
     """The broker Flower watches: TOOLFLEET_BROKER_URL, else the embedded default's Redis."""
     if settings.broker_url:
         return settings.broker_url
-    embedded_url = _embedded_broker_url(settings)
+    embedded_url = running_broker_url(settings)
     if embedded_url is None:
         raise ConfigurationError(
             f"no broker to monitor: {ENV_PREFIX}BROKER_URL is unset and no embedded toolfleet "
             f"Redis is running; set {ENV_PREFIX}BROKER_URL=redis://host:6379/0 "
             "(or start the embedded default first, e.g. with `toolfleet demo`)"
         )
+    print(
+        f"toolfleet flower: monitoring the embedded fleet at {_without_password(embedded_url)}",
+        file=sys.stderr,
+    )
     return embedded_url
 
 
 def state_file(settings: Settings) -> Path:
     """Where ``--persistent`` keeps Flower's state: a file in the run directory."""
-    return _run_dir(settings) / STATE_FILE_NAME
+    return run_dir(settings) / STATE_FILE_NAME
 
 
 def flower_argv(
@@ -179,8 +185,10 @@ def _serve(celery_app: Any, argv: list[str]) -> None:
 def _celery_app(settings: Settings, broker_url: str) -> Any:
     """The workers' Celery app configuration, pointed at ``broker_url``."""
     resolved = settings.model_copy(update={"broker_url": broker_url})
-    app_module = _optional_module("workers.app")
-    if app_module is None:
+    try:
+        app_module = importlib.import_module("workers.app")
+    except ImportError:
+        # workers.app not installed yet: a plain JSON-only app still decodes task events.
         from celery import Celery
 
         app = Celery("toolfleet", broker=broker_url, set_as_current=False)
@@ -189,30 +197,10 @@ def _celery_app(settings: Settings, broker_url: str) -> Any:
     return app_module.create_app(resolved)
 
 
-def _embedded_broker_url(settings: Settings) -> str | None:
-    embedded = _optional_module("dispatcher.embedded")
-    if embedded is None:
-        return None
-    finder = getattr(embedded, "running_broker_url", None)
-    if finder is None:
-        return None
-    url: str | None = finder(settings)
-    return url
-
-
-def _run_dir(settings: Settings) -> Path:
-    if settings.run_dir:
-        return Path(settings.run_dir)
-    embedded = _optional_module("dispatcher.embedded")
-    default_run_dir = getattr(embedded, "run_dir", None)
-    if default_run_dir is None:
-        return Path.cwd() / ".toolfleet"
-    return Path(default_run_dir(settings))
-
-
-def _optional_module(name: str) -> Any:
-    # Modules other issues add; until they land Flower falls back to a plain configuration.
-    try:
-        return importlib.import_module(name)
-    except ImportError:
-        return None
+def _without_password(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)[-1]
+    user = parts.username or ""
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc}"))

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from dispatcher import flower_cli
 from dispatcher.cli import EXIT_USAGE
 from dispatcher.flower_cli import STATE_FILE_NAME, flower_argv
 from schemas.errors import ConfigurationError
@@ -67,7 +68,9 @@ def start_flower(
     log_path = run_dir / f"flower-{port}.log"
     run_dir.mkdir(parents=True, exist_ok=True)
     full_env = {k: v for k, v in os.environ.items() if not k.startswith(("FLOWER_", "TOOLFLEET_"))}
-    full_env.update(TOOLFLEET_BROKER_URL=broker_url, TOOLFLEET_RUN_DIR=str(run_dir))
+    full_env["TOOLFLEET_RUN_DIR"] = str(run_dir)
+    if broker_url:
+        full_env["TOOLFLEET_BROKER_URL"] = broker_url
     full_env.update(env or {})
     with log_path.open("wb") as log_file:
         proc = subprocess.Popen(
@@ -159,6 +162,7 @@ def test_binds_loopback_by_default_and_keeps_state_in_the_run_dir(
 
 def test_without_a_broker_exits_2_naming_the_variable(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLFLEET_")}
+    # A private run dir, so an embedded fleet another test runs now is not found.
     env["TOOLFLEET_RUN_DIR"] = str(tmp_path)
     result = subprocess.run(
         [sys.executable, "-m", "dispatcher.cli", "flower", "--port", str(free_port())],
@@ -169,6 +173,28 @@ def test_without_a_broker_exits_2_naming_the_variable(tmp_path: Path) -> None:
     )
     assert result.returncode == EXIT_USAGE, result.stderr
     assert "TOOLFLEET_BROKER_URL" in result.stderr
+
+
+def test_without_a_broker_url_monitors_the_running_embedded_fleet(
+    redis_url: str, tmp_path: Path
+) -> None:
+    # An embedded fleet advertises its private Redis in <run dir>/run/<pid>/broker_url while
+    # its process lives; this test process stands in for that `toolfleet run`.
+    fleet_dir = tmp_path / "run" / str(os.getpid())
+    fleet_dir.mkdir(parents=True)
+    (fleet_dir / "broker_url").write_text(redis_url)
+    flower = start_flower("", tmp_path, "--no-persistent")
+    try:
+        assert f"monitoring the embedded fleet at {redis_url}" in flower.log()
+        status, _ = http_get(flower.base_url + "/metrics")
+        assert status == 200
+    finally:
+        stop_flower(flower)
+
+
+def test_the_embedded_redis_password_is_not_printed() -> None:
+    masked = flower_cli._without_password("redis://:s3cret@127.0.0.1:6380/0")
+    assert masked == "redis://:***@127.0.0.1:6380/0"
 
 
 def test_flower_argv_rejects_malformed_basic_auth() -> None:
