@@ -135,7 +135,8 @@ def sync(ctx: Context) -> list[Result]:
                 r.ratios["speedup_vs_inprocess"] = speedup
                 r.ratios["speedup_per_worker"] = speedup / c
                 if r.mode == "toolfleet":
-                    r.target = _target("speedup >= 0.8 x concurrency", speedup / c, speedup >= 0.8 * c)
+                    met = speedup >= 0.8 * c
+                    r.target = _target("speedup >= 0.8 x concurrency", speedup / c, met)
             for other in row:
                 if other is not r:
                     r.ratios[f"wall_vs_{other.mode}"] = r.wall_s / other.wall_s
@@ -151,7 +152,8 @@ def async_(ctx: Context) -> list[Result]:
     args = _args_sleep(n, sleep_s)
     results: list[Result] = []
     if ctx.wants("inprocess"):
-        results.append(Result("async", "inprocess", n, inprocess.run_batch(tools.sleep_async, args)))
+        wall_s = inprocess.run_batch(tools.sleep_async, args)
+        results.append(Result("async", "inprocess", n, wall_s))
     celery_runs: list[Result] = []
     if ctx.wants("celery"):
         for threads in ctx.sizes.async_thread_pools:
@@ -221,10 +223,8 @@ def latency(ctx: Context) -> list[Result]:
                     client.run_sequential("echo", args[:5], BATCH_TIMEOUT_S)
                     runs["toolfleet"] = client.run_sequential("echo", args, BATCH_TIMEOUT_S)
     for mode, lat in runs.items():
-        results.append(
-            Result("latency", mode, n, sum(lat),
-                   extra={"p50_ms": 1000 * percentile(lat, 50), "p99_ms": 1000 * percentile(lat, 99)})
-        )  # fmt: skip
+        extra = {"p50_ms": 1000 * percentile(lat, 50), "p99_ms": 1000 * percentile(lat, 99)}
+        results.append(Result("latency", mode, n, sum(lat), extra=extra))
     measured = {r.mode: r for r in results if r.skipped is None}
     for r in measured.values():
         for other in measured.values():
