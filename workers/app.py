@@ -1,0 +1,104 @@
+"""The one explicit Celery app, built from :class:`Settings`.
+
+``celery -A workers.app worker -Q toolfleet.sync`` works as a Celery user expects: the module
+builds ``app`` from the ``TOOLFLEET_*`` environment; with ``TOOLFLEET_BROKER_URL`` unset it
+falls back to ``redis://127.0.0.1:6379/0`` (a local Redis), because a Celery worker cannot start
+the embedded default by itself. ``toolfleet worker`` is the friendlier front end.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import Celery, signals
+from kombu import Queue
+
+from workers.registry import Registry, registry
+from workers.settings import Settings
+
+__all__ = [
+    "DEFAULT_BROKER_URL",
+    "EXECUTE_TASK",
+    "app",
+    "create_app",
+    "redis_url_of",
+    "registry_of",
+    "settings_of",
+]
+
+EXECUTE_TASK = "toolfleet.execute"
+DEFAULT_BROKER_URL = "redis://127.0.0.1:6379/0"
+
+
+def create_app(settings: Settings, *, registry: Registry = registry) -> Celery:
+    """A new Celery app for ``settings``; each call returns an independent app."""
+    broker_url = settings.broker_url or DEFAULT_BROKER_URL
+    app = Celery("toolfleet", set_as_current=False)
+    app.conf.update(
+        broker_url=broker_url,
+        broker_connection_retry_on_startup=True,
+        result_backend=settings.result_backend,
+        # No backend: Celery keeps nothing; the record under Keys.event(call_id) is the result.
+        task_ignore_result=settings.result_backend is None,
+        result_extended=settings.result_backend is not None,
+        task_serializer="json",
+        result_serializer="json",
+        event_serializer="json",
+        accept_content=["json"],
+        result_accept_content=["json"],
+        worker_send_task_events=True,
+        task_send_sent_event=True,
+        task_track_started=True,
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=settings.sync_prefetch,
+        broker_transport_options={"visibility_timeout": settings.visibility_timeout_s},
+        result_backend_transport_options={"visibility_timeout": settings.visibility_timeout_s},
+        task_default_queue=settings.sync_queue,
+        task_queues=(Queue(settings.sync_queue), Queue(settings.async_queue)),
+        task_routes={EXECUTE_TASK: {"queue": settings.sync_queue}},
+        worker_hijack_root_logger=False,
+    )
+    app.toolfleet_settings = settings
+    app.toolfleet_registry = registry
+
+    from workers.task import register_execute_task  # the task module needs the app helpers
+
+    register_execute_task(app)
+    _load_tools_at_worker_start(app)
+    return app
+
+
+def settings_of(app: Celery) -> Settings:
+    """The Settings an app was created from."""
+    settings: Settings = app.toolfleet_settings
+    return settings
+
+
+def registry_of(app: Celery) -> Registry:
+    """The tool registry an app's workers execute from."""
+    reg: Registry = app.toolfleet_registry
+    return reg
+
+
+def redis_url_of(app: Celery) -> str:
+    """The redis-py URL of the app's broker, where call records are kept."""
+    url = str(app.conf.broker_url)
+    # kombu spells a unix socket redis+socket:///path; redis-py spells it unix:///path.
+    if url.startswith("redis+socket://"):
+        return "unix://" + url[len("redis+socket://") :]
+    if url.startswith("socket://"):
+        return "unix://" + url[len("socket://") :]
+    return url
+
+
+def _load_tools_at_worker_start(app: Celery) -> None:
+    def load(sender: Any = None, **_: Any) -> None:
+        if getattr(sender, "app", None) is app:
+            registry_of(app).load_modules(settings_of(app).tools)
+
+    # weak=False: the closure has no other reference and must live as long as the app.
+    signals.worker_init.connect(load, weak=False)
+
+
+app = create_app(Settings.from_env())

@@ -1,0 +1,131 @@
+"""Enqueueing calls, and cancelling them: the caller's half of the wire.
+
+Celery message fields chosen here are what Flower and the worker logs show (C10): the task id
+is the call_id, the task is shown as ``tool:<function>``, and its args are a redacted repr, so a
+secret argument value never reaches Flower or a log line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import redis
+from celery import Celery
+from kombu.exceptions import KombuError, OperationalError
+from kombu.utils.url import maybe_sanitize_url
+
+from schemas.errors import BrokerError
+from schemas.function_calling import redact
+from schemas.tool import Tool
+from schemas.wire import CallMessage
+from workers.app import EXECUTE_TASK, redis_url_of, settings_of
+from workers.keys import Keys
+
+__all__ = [
+    "ARGSREPR_MAX_CHARS",
+    "cancel_running",
+    "hard_limit_s",
+    "publish_calls",
+    "revoke_calls",
+    "task_id_for",
+]
+
+# Flower and the worker log show at most this much of a call's arguments.
+ARGSREPR_MAX_CHARS = 1024
+
+
+def task_id_for(message: CallMessage) -> str:
+    """The Celery task id of one attempt: the call_id, suffixed ``.<attempt>`` for retries."""
+    return message.call_id if message.attempt == 0 else f"{message.call_id}.{message.attempt}"
+
+
+def hard_limit_s(soft_limit_s: float) -> float:
+    """Celery's hard time limit for a soft limit: room for the call to record its timeout."""
+    return soft_limit_s + max(5.0, soft_limit_s * 0.1)
+
+
+def publish_calls(app: Celery, calls: Sequence[tuple[CallMessage, Tool]]) -> None:
+    """Enqueue every call over one producer connection (blocking; run it in a thread).
+
+    Raises BrokerError naming the broker (password masked) when it cannot be reached.
+    """
+    if not calls:
+        return
+    settings = settings_of(app)
+    try:
+        with app.producer_or_acquire() as producer:
+            for message, tool in calls:
+                options: dict[str, Any] = {}
+                queue = settings.async_queue if tool.kind == "async" else settings.sync_queue
+                limit_s = message.timeout_s or tool.timeout_s
+                if tool.kind != "async" and limit_s:
+                    # The prefork pool interrupts a blocking tool with SoftTimeLimitExceeded.
+                    options["soft_time_limit"] = limit_s
+                    options["time_limit"] = hard_limit_s(limit_s)
+                app.send_task(
+                    EXECUTE_TASK,
+                    args=(message.model_dump(mode="json"),),
+                    task_id=task_id_for(message),
+                    queue=queue,
+                    shadow=f"tool:{tool.function}",
+                    argsrepr=_argsrepr(message, tool),
+                    kwargsrepr="{}",
+                    producer=producer,
+                    **options,
+                )
+    except (OperationalError, KombuError, redis.RedisError, OSError) as exc:
+        url = maybe_sanitize_url(str(app.conf.broker_url))
+        raise BrokerError(
+            f"cannot enqueue calls on broker {url}: {exc}; check that Redis is running and "
+            f"TOOLFLEET_BROKER_URL points at it"
+        ) from exc
+
+
+def revoke_calls(app: Celery, task_ids: Iterable[str]) -> None:
+    """Revoke queued calls (ids as :func:`task_id_for` made them); a worker skips them.
+
+    The worker that drops a revoked call records it CANCELLED (see workers.task).
+    """
+    ids = list(task_ids)
+    if ids:
+        app.control.revoke(ids)
+
+
+def cancel_running(app_or_redis: Celery | redis.Redis, call_ids: Iterable[str]) -> int:
+    """Ask every async worker to cancel these calls if running; returns listeners reached.
+
+    A cancelled call's record ends CANCELLED and its Celery state REVOKED.
+    """
+    ids = list(call_ids)
+    if not ids:
+        return 0
+    if isinstance(app_or_redis, Celery):
+        keys = Keys(settings_of(app_or_redis).key_prefix)
+        client = redis.Redis.from_url(redis_url_of(app_or_redis))
+        owned = True
+    else:
+        keys = Keys()
+        client = app_or_redis
+        owned = False
+    try:
+        reached = 0
+        for call_id in ids:
+            reached = max(reached, int(client.publish(keys.cancel_channel(), call_id)))
+        return reached
+    finally:
+        if owned:
+            client.close()
+
+
+def _argsrepr(message: CallMessage, tool: Tool) -> str:
+    shown = {
+        "call_id": message.call_id,
+        "branch_id": message.branch_id,
+        "function": message.function,
+        "arguments": redact(message.arguments, tool.secret_args),
+    }
+    text = repr((shown,))
+    if len(text) > ARGSREPR_MAX_CHARS:
+        text = text[: ARGSREPR_MAX_CHARS - 3] + "..."
+    return text

@@ -1,0 +1,163 @@
+"""The tool registry: which functions a worker may run, by name. Nothing else is ever imported."""
+
+from __future__ import annotations
+
+import importlib
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, TypeVar, overload
+
+from pydantic import BaseModel
+
+from schemas.errors import ConfigurationError, DuplicateToolError, UnknownToolError
+from schemas.tool import Tool
+
+__all__ = ["Registry", "registry", "tool"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class Registry:
+    """Tools by function name, plus the modules imported to fill it."""
+
+    def __init__(self) -> None:
+        self._tools: dict[str, Tool] = {}
+        self._modules: list[str] = []
+        # Registration happens at import time, which may race in threaded tests.
+        self._lock = threading.RLock()
+
+    def register(self, tool: Tool, *, update: bool = False) -> Tool:
+        """Add ``tool`` under ``tool.function``; a taken name is an error unless ``update``."""
+        with self._lock:
+            existing = self._tools.get(tool.function)
+            if (
+                existing is not None
+                and not update
+                and existing.func_callable is not (tool.func_callable)
+            ):
+                raise DuplicateToolError(
+                    f"a tool named {tool.function!r} is already registered (from "
+                    f"{_origin(existing)}); rename one or pass update=True to replace it"
+                )
+            self._tools[tool.function] = tool
+            return tool
+
+    def get(self, name: str) -> Tool:
+        """The tool registered as ``name``; UnknownToolError names the modules loaded."""
+        try:
+            return self._tools[name]
+        except KeyError:
+            raise UnknownToolError(
+                f"no tool named {name!r} in this worker's registry (tool modules loaded: "
+                f"{list(self._modules) or 'none'}); add the module defining it to "
+                f"TOOLFLEET_TOOLS or --tools"
+            ) from None
+
+    def names(self) -> list[str]:
+        return sorted(self._tools)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+    def __iter__(self) -> Iterator[Tool]:
+        return iter(list(self._tools.values()))
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    @property
+    def loaded_modules(self) -> tuple[str, ...]:
+        return tuple(self._modules)
+
+    def load_modules(self, modules: Iterable[str]) -> None:
+        """Import each tool module, so its ``@tool`` functions register themselves."""
+        for name in modules:
+            name = name.strip()
+            if not name:
+                continue
+            try:
+                importlib.import_module(name)
+            except ImportError as exc:
+                raise ConfigurationError(
+                    f"tool module {name!r} (from TOOLFLEET_TOOLS or --tools) cannot be "
+                    f"imported: {exc}; check the module path and that it is importable "
+                    f"from the worker's working directory or PYTHONPATH"
+                ) from exc
+            with self._lock:
+                if name not in self._modules:
+                    self._modules.append(name)
+
+
+registry = Registry()
+
+
+@overload
+def tool(func: F, /) -> F: ...
+
+
+@overload
+def tool(
+    func: None = None,
+    /,
+    *,
+    name: str | None = None,
+    request_options: type[BaseModel] | None = None,
+    strict: bool = False,
+    preprocessor: Callable[..., Any] | None = None,
+    preprocessor_kwargs: dict[str, Any] | None = None,
+    postprocessor: Callable[..., Any] | None = None,
+    postprocessor_kwargs: dict[str, Any] | None = None,
+    timeout_s: float | None = None,
+    secret_args: Iterable[str] = (),
+    idempotent: bool = False,
+    update: bool = False,
+    registry: Registry = registry,
+) -> Callable[[F], F]: ...
+
+
+def tool(
+    func: F | None = None,
+    /,
+    *,
+    name: str | None = None,
+    request_options: type[BaseModel] | None = None,
+    strict: bool = False,
+    preprocessor: Callable[..., Any] | None = None,
+    preprocessor_kwargs: dict[str, Any] | None = None,
+    postprocessor: Callable[..., Any] | None = None,
+    postprocessor_kwargs: dict[str, Any] | None = None,
+    timeout_s: float | None = None,
+    secret_args: Iterable[str] = (),
+    idempotent: bool = False,
+    update: bool = False,
+    registry: Registry = registry,
+) -> F | Callable[[F], F]:
+    """Register a function as a tool; ``@tool`` or ``@tool(...)``. Returns the function."""
+
+    def decorate(f: F) -> F:
+        built = Tool(
+            func_callable=f,
+            function=name or "",
+            request_options=request_options,
+            strict=strict,
+            preprocessor=preprocessor,
+            preprocessor_kwargs=preprocessor_kwargs or {},
+            postprocessor=postprocessor,
+            postprocessor_kwargs=postprocessor_kwargs or {},
+            timeout_s=timeout_s,
+            secret_args=frozenset(secret_args),
+            idempotent=idempotent,
+        )
+        registry.register(built, update=update)
+        return f
+
+    if func is not None:
+        return decorate(func)
+    return decorate
+
+
+def _origin(t: Tool) -> str:
+    func = t.func_callable
+    module = getattr(func, "__module__", None) or "?"
+    qualname = getattr(func, "__qualname__", None) or t.function
+    return f"{module}.{qualname}"

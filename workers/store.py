@@ -1,0 +1,219 @@
+"""Where a worker keeps call records in Redis: the terminal record, the started marker, replies.
+
+The terminal record under ``Keys.event(call_id)`` is both the result a collector reads and the
+idempotency record (C7). ``Keys.started(call_id)`` marks a call some worker is running; its
+value carries a heartbeat so a redelivered message can tell a live duplicate from a dead worker.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+import redis.asyncio as aioredis
+
+from schemas.wire import CallResult
+from workers.keys import Keys
+
+__all__ = [
+    "HEARTBEAT_INTERVAL_S",
+    "HEARTBEAT_STALE_S",
+    "AsyncRecordStore",
+    "Heartbeat",
+    "StartedMarker",
+    "SyncRecordStore",
+]
+
+# A running call refreshes its started marker this often; a marker not refreshed for
+# HEARTBEAT_STALE_S belongs to a worker that died (or froze) mid-call.
+HEARTBEAT_INTERVAL_S = 2.0
+HEARTBEAT_STALE_S = 8.0
+
+
+@dataclass(frozen=True, slots=True)
+class StartedMarker:
+    """Who runs a call: worker hostname, pid, attempt, and the last heartbeat (epoch seconds)."""
+
+    worker: str
+    pid: int
+    attempt: int
+    beat_at: float
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "worker": self.worker,
+                "pid": self.pid,
+                "attempt": self.attempt,
+                "beat_at": self.beat_at,
+            }
+        )
+
+    @classmethod
+    def from_json(cls, raw: str | bytes) -> StartedMarker:
+        try:
+            data = json.loads(raw)
+            return cls(
+                worker=str(data["worker"]),
+                pid=int(data["pid"]),
+                attempt=int(data["attempt"]),
+                beat_at=float(data["beat_at"]),
+            )
+        except (ValueError, KeyError, TypeError):
+            # An unreadable marker is treated as stale: its writer cannot be vouched for.
+            text = raw.decode(errors="replace") if isinstance(raw, bytes) else raw
+            return cls(worker=text, pid=0, attempt=0, beat_at=0.0)
+
+    @classmethod
+    def now(cls, worker: str, attempt: int) -> StartedMarker:
+        return cls(worker=worker, pid=os.getpid(), attempt=attempt, beat_at=time.time())
+
+    def is_stale(self, now_s: float | None = None) -> bool:
+        return ((time.time() if now_s is None else now_s) - self.beat_at) > HEARTBEAT_STALE_S
+
+
+class AsyncRecordStore:
+    """The worker's Redis operations, on an asyncio client bound to one event loop."""
+
+    def __init__(self, client: aioredis.Redis, keys: Keys, *, record_ttl_s: int) -> None:
+        self.client = client
+        self.keys = keys
+        self.record_ttl_s = record_ttl_s
+
+    @classmethod
+    def from_url(cls, url: str, keys: Keys, *, record_ttl_s: int) -> AsyncRecordStore:
+        return cls(aioredis.Redis.from_url(url), keys, record_ttl_s=record_ttl_s)
+
+    async def terminal(self, call_id: str) -> CallResult | None:
+        raw = await self.client.get(self.keys.event(call_id))
+        return None if raw is None else CallResult.model_validate_json(raw)
+
+    async def claim(self, call_id: str, marker: StartedMarker) -> StartedMarker | None:
+        """Set the started marker unless one exists; return the existing one, if any."""
+        key = self.keys.started(call_id)
+        if await self.client.set(key, marker.to_json(), nx=True, ex=self.record_ttl_s):
+            return None
+        raw = await self.client.get(key)
+        if raw is None:  # the holder finished between SET and GET: claim again
+            return await self.claim(call_id, marker)
+        return StartedMarker.from_json(raw)
+
+    async def started(self, call_id: str) -> StartedMarker | None:
+        raw = await self.client.get(self.keys.started(call_id))
+        return None if raw is None else StartedMarker.from_json(raw)
+
+    async def take_over(self, call_id: str, marker: StartedMarker) -> None:
+        await self.client.set(self.keys.started(call_id), marker.to_json(), ex=self.record_ttl_s)
+
+    async def finish(self, result: CallResult, reply_to: str | None) -> None:
+        """Store the terminal record, drop the started marker and notify, atomically."""
+        payload = result.model_dump_json()
+        async with self.client.pipeline(transaction=True) as pipe:
+            pipe.set(self.keys.event(result.call_id), payload, ex=self.record_ttl_s)
+            pipe.delete(self.keys.started(result.call_id))
+            if reply_to:
+                pipe.rpush(reply_to, payload)
+                pipe.expire(reply_to, self.record_ttl_s)
+            await pipe.execute()
+
+    async def notify(self, result: CallResult, reply_to: str | None) -> None:
+        """Push an already stored record to ``reply_to`` again (a repeated delivery)."""
+        if not reply_to:
+            return
+        async with self.client.pipeline(transaction=True) as pipe:
+            pipe.rpush(reply_to, result.model_dump_json())
+            pipe.expire(reply_to, self.record_ttl_s)
+            await pipe.execute()
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+
+class SyncRecordStore:
+    """Blocking variants, for signal handlers and the heartbeat thread."""
+
+    def __init__(self, client: redis.Redis, keys: Keys, *, record_ttl_s: int) -> None:
+        self.client = client
+        self.keys = keys
+        self.record_ttl_s = record_ttl_s
+
+    @classmethod
+    def from_url(cls, url: str, keys: Keys, *, record_ttl_s: int) -> SyncRecordStore:
+        return cls(redis.Redis.from_url(url), keys, record_ttl_s=record_ttl_s)
+
+    def terminal(self, call_id: str) -> CallResult | None:
+        raw: Any = self.client.get(self.keys.event(call_id))
+        return None if raw is None else CallResult.model_validate_json(raw)
+
+    def finish_if_absent(self, result: CallResult, reply_to: str | None) -> bool:
+        """Store ``result`` only when no terminal record exists; notify if stored."""
+        payload = result.model_dump_json()
+        if not self.client.set(
+            self.keys.event(result.call_id), payload, nx=True, ex=self.record_ttl_s
+        ):
+            return False
+        pipe = self.client.pipeline(transaction=True)
+        pipe.delete(self.keys.started(result.call_id))
+        if reply_to:
+            pipe.rpush(reply_to, payload)
+            pipe.expire(reply_to, self.record_ttl_s)
+        pipe.execute()
+        return True
+
+    def beat(self, markers: dict[str, StartedMarker]) -> None:
+        now = time.time()
+        pipe = self.client.pipeline(transaction=False)
+        for call_id, m in markers.items():
+            fresh = StartedMarker(worker=m.worker, pid=m.pid, attempt=m.attempt, beat_at=now)
+            # XX: never resurrect a marker the call's own finish() already deleted.
+            pipe.set(self.keys.started(call_id), fresh.to_json(), xx=True, ex=self.record_ttl_s)
+        pipe.execute()
+
+
+class Heartbeat:
+    """One daemon thread per process refreshing the started markers of its running calls.
+
+    A thread, not a coroutine: a blocking sync tool holds the event loop for its whole run.
+    """
+
+    def __init__(self, store: SyncRecordStore, interval_s: float = HEARTBEAT_INTERVAL_S) -> None:
+        self._store = store
+        self._interval_s = interval_s
+        self._running: dict[str, StartedMarker] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def add(self, call_id: str, marker: StartedMarker) -> None:
+        with self._lock:
+            self._running[call_id] = marker
+            if self._thread is None or not self._thread.is_alive():
+                self._stop.clear()
+                self._thread = threading.Thread(
+                    target=self._run, name="toolfleet-heartbeat", daemon=True
+                )
+                self._thread.start()
+
+    def discard(self, call_id: str) -> None:
+        with self._lock:
+            self._running.pop(call_id, None)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval_s):
+            with self._lock:
+                markers = dict(self._running)
+            if not markers:
+                continue
+            try:
+                self._store.beat(markers)
+            except redis.RedisError:
+                # A missed beat only risks a duplicate being judged lost later; keep beating.
+                continue

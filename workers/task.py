@@ -1,0 +1,365 @@
+"""The task ``toolfleet.execute``: one CallMessage in, one CallResult out, and a record in Redis.
+
+All logic lives in :func:`execute_async`, shared by the prefork path (run on a per-process
+event loop) and the asyncio pool (run directly on its loop thread).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import contextvars
+import os
+import socket
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from celery import Celery, Task
+from celery.exceptions import Ignore, SoftTimeLimitExceeded
+from pydantic import ValidationError
+
+import schemas.errors as toolfleet_errors
+from schemas.errors import (
+    MalformedRequestError,
+    ToolTimeoutError,
+    UnknownToolError,
+    WorkerLostError,
+)
+from schemas.execution import Execution
+from schemas.function_calling import REDACTED, FunctionCalling, redact
+from schemas.serialize import to_jsonable
+from schemas.status import EventStatus
+from schemas.tool import Tool
+from schemas.wire import CallMessage, CallResult
+from workers.app import EXECUTE_TASK, redis_url_of, registry_of, settings_of
+from workers.keys import Keys
+from workers.registry import Registry
+from workers.store import AsyncRecordStore, Heartbeat, StartedMarker, SyncRecordStore
+
+__all__ = [
+    "Outcome",
+    "WorkerRuntime",
+    "current_call",
+    "execute_async",
+    "rebuild_error",
+    "register_execute_task",
+    "runtime_for",
+]
+
+# Per-call context. Celery's task.request is a thread-local stack: wrong for coroutines
+# sharing one loop thread, so the message being run lives here.
+current_call: contextvars.ContextVar[CallMessage | None] = contextvars.ContextVar(
+    "toolfleet_current_call", default=None
+)
+
+# Poll period while a live duplicate delivery waits for the holder's terminal record.
+_DUPLICATE_POLL_S = 0.2
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """A call's terminal record plus the exception Celery must see when it FAILED."""
+
+    result: CallResult
+    error: BaseException | None = None
+
+    @property
+    def status(self) -> EventStatus:
+        return self.result.status
+
+
+class WorkerRuntime:
+    """Per-process worker state for one app: registry, Redis stores, heartbeat thread."""
+
+    def __init__(self, app: Celery) -> None:
+        self.app = app
+        self.settings = settings_of(app)
+        self.registry: Registry = registry_of(app)
+        self.keys = Keys(self.settings.key_prefix)
+        self.redis_url = redis_url_of(app)
+        self.pid = os.getpid()
+        self.sync_store = SyncRecordStore.from_url(
+            self.redis_url, self.keys, record_ttl_s=self.settings.record_ttl_s
+        )
+        self.heartbeat = Heartbeat(self.sync_store)
+        self._async_stores: dict[int, AsyncRecordStore] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def async_store(self) -> AsyncRecordStore:
+        """The asyncio store bound to the running loop (a client cannot cross loops)."""
+        loop = asyncio.get_running_loop()
+        store = self._async_stores.get(id(loop))
+        if store is None:
+            store = AsyncRecordStore.from_url(
+                self.redis_url, self.keys, record_ttl_s=self.settings.record_ttl_s
+            )
+            self._async_stores[id(loop)] = store
+        return store
+
+    def process_loop(self) -> asyncio.AbstractEventLoop:
+        """The prefork child's event loop, reused across calls (not asyncio.run per call)."""
+        if self._loop is None or self._loop.is_closed():
+            self._loop = asyncio.new_event_loop()
+        return self._loop
+
+
+_runtimes: dict[tuple[int, int], WorkerRuntime] = {}
+
+
+def runtime_for(app: Celery) -> WorkerRuntime:
+    """This process's runtime for ``app``; a forked child builds its own (no shared sockets)."""
+    key = (id(app), os.getpid())
+    runtime = _runtimes.get(key)
+    if runtime is None:
+        runtime = _runtimes[key] = WorkerRuntime(app)
+    return runtime
+
+
+async def execute_async(
+    message: dict[str, Any] | CallMessage,
+    *,
+    runtime: WorkerRuntime,
+    hostname: str | None = None,
+    limit_s: float | None = None,
+    cancel_is_final: Callable[[], bool] = lambda: True,
+) -> Outcome:
+    """Run one call with C7 idempotency and worker-loss detection; store and signal its record.
+
+    ``limit_s`` (a task time limit) caps the tool's own timeout_s. Cancellation ends the call
+    CANCELLED when ``cancel_is_final()`` (a user cancel); otherwise (worker shutdown) it
+    propagates and leaves the started marker, so a redelivery applies the worker-lost rule.
+    """
+    msg = _parse(message)
+    token = current_call.set(msg)
+    try:
+        return await _execute(
+            msg, runtime, hostname or _default_hostname(), limit_s, cancel_is_final
+        )
+    finally:
+        current_call.reset(token)
+
+
+async def _execute(
+    msg: CallMessage,
+    runtime: WorkerRuntime,
+    hostname: str,
+    limit_s: float | None,
+    cancel_is_final: Callable[[], bool],
+) -> Outcome:
+    store = runtime.async_store()
+    stored = await store.terminal(msg.call_id)
+    if stored is not None and stored.attempt >= msg.attempt:
+        await store.notify(stored, msg.reply_to)
+        return Outcome(stored, rebuild_error(stored))
+
+    try:
+        tool = runtime.registry.get(msg.function)
+    except UnknownToolError as exc:
+        return await _finish_failed(store, msg, None, exc, hostname)
+
+    marker = StartedMarker.now(hostname, msg.attempt)
+    holder = await store.claim(msg.call_id, marker)
+    if holder is not None:
+        finished = await _wait_for_live_holder(store, msg, holder)
+        if finished is not None:
+            return Outcome(finished, rebuild_error(finished))
+        if not tool.idempotent:
+            lost = WorkerLostError(
+                f"worker {holder.worker} was lost while running call {msg.call_id} of tool "
+                f"{tool.function!r}; not re-run because the tool is not idempotent=True "
+                f"(mark it @tool(idempotent=True) if running it twice is safe)"
+            )
+            return await _finish_failed(store, msg, tool, lost, hostname)
+        await store.take_over(msg.call_id, marker)
+
+    runtime.heartbeat.add(msg.call_id, marker)
+    try:
+        return await _run_tool(store, msg, tool, hostname, limit_s, cancel_is_final)
+    finally:
+        runtime.heartbeat.discard(msg.call_id)
+
+
+async def _run_tool(
+    store: AsyncRecordStore,
+    msg: CallMessage,
+    tool: Tool,
+    hostname: str,
+    limit_s: float | None,
+    cancel_is_final: Callable[[], bool],
+) -> Outcome:
+    timeout_s = _effective_timeout(msg.timeout_s or tool.timeout_s, limit_s)
+    try:
+        call = FunctionCalling(func_tool=tool, arguments=msg.arguments, timeout_s=timeout_s)
+    except Exception as exc:  # construction errors are raised by design; here they are data
+        return await _finish_failed(store, msg, tool, exc, hostname)
+    try:
+        await call.invoke()
+    except BaseException:
+        if not cancel_is_final():
+            raise
+    error = call.execution.error
+    if isinstance(error, SoftTimeLimitExceeded):
+        # Celery's soft limit interrupted a sync tool: report it as the tool's timeout.
+        limit = timeout_s if timeout_s is not None else limit_s
+        error = ToolTimeoutError(
+            f"tool {tool.function!r} exceeded its time limit of "
+            f"{_fmt_s(limit)} (Celery soft_time_limit); raise the tool's timeout_s if it "
+            f"needs longer"
+        )
+        call.execution.error = error
+    result = CallResult(
+        call_id=msg.call_id,
+        function=tool.function,
+        event=call.to_dict(),
+        attempt=msg.attempt,
+        worker=hostname,
+    )
+    await asyncio.shield(store.finish(result, msg.reply_to))
+    if call.status is EventStatus.FAILED:
+        return Outcome(result, error if isinstance(error, BaseException) else rebuild_error(result))
+    return Outcome(result, None)
+
+
+async def _wait_for_live_holder(
+    store: AsyncRecordStore, msg: CallMessage, holder: StartedMarker
+) -> CallResult | None:
+    """While another worker's heartbeat is fresh, wait for its terminal record.
+
+    Returns the record, or None once the holder's heartbeat went stale (the worker is lost).
+    """
+    while True:
+        stored = await store.terminal(msg.call_id)
+        if stored is not None:
+            return stored
+        if holder.is_stale():
+            return None
+        await asyncio.sleep(_DUPLICATE_POLL_S)
+        current = await store.started(msg.call_id)
+        if current is None:
+            # Marker gone but no record: whoever held it ended without finishing.
+            stored = await store.terminal(msg.call_id)
+            return stored
+        holder = current
+
+
+async def _finish_failed(
+    store: AsyncRecordStore,
+    msg: CallMessage,
+    tool: Tool | None,
+    exc: BaseException,
+    hostname: str,
+) -> Outcome:
+    result = CallResult(
+        call_id=msg.call_id,
+        function=msg.function,
+        event=failed_event(msg, tool, exc),
+        attempt=msg.attempt,
+        worker=hostname,
+    )
+    await store.finish(result, msg.reply_to)
+    return Outcome(result, exc)
+
+
+def failed_event(
+    msg: CallMessage,
+    tool: Tool | None,
+    exc: BaseException,
+    *,
+    status: EventStatus = EventStatus.FAILED,
+) -> dict[str, Any]:
+    """An event record for a call whose tool never ran (unknown tool, worker lost, ...)."""
+    execution = Execution(duration=0.0, status=status)
+    execution.add_error(exc)
+    if tool is not None:
+        arguments = redact(msg.arguments, tool.secret_args)
+    else:
+        # No tool, no list of secret arguments: keep the names, hide every value.
+        arguments = {name: REDACTED for name in msg.arguments}
+    return {
+        "id": str(uuid.uuid4()),
+        "created_at": datetime.now(UTC).isoformat(),
+        "execution": execution.to_dict(),
+        "function": msg.function,
+        "arguments": to_jsonable(arguments),
+    }
+
+
+def rebuild_error(result: CallResult) -> BaseException | None:
+    """An exception with the recorded type name and message, for Celery's FAILURE state."""
+    if result.status is not EventStatus.FAILED:
+        return None
+    error = result.execution.get("error")
+    if isinstance(error, dict):
+        name = str(error.get("error") or "Exception")
+        text = str(error.get("message") or "")
+    else:
+        name, text = "Exception", str(error)
+    cls = getattr(toolfleet_errors, name, None) or getattr(builtins, name, None)
+    if isinstance(cls, type) and issubclass(cls, Exception):
+        try:
+            return cls(text)
+        except Exception:  # e.g. ExceptionGroup needs two arguments
+            pass
+    return type(name, (Exception,), {"__module__": "toolfleet.remote"})(text)
+
+
+def register_execute_task(app: Celery) -> Task:
+    """Register ``toolfleet.execute`` on ``app`` (JSON dict in, JSON dict out)."""
+
+    @app.task(name=EXECUTE_TASK, bind=True)
+    def execute(self: Task, message: dict[str, Any]) -> dict[str, Any]:
+        runtime = runtime_for(self.app)
+        hard_s, soft_s = self.request.timelimit or (None, None)
+        outcome = runtime.process_loop().run_until_complete(
+            execute_async(
+                message,
+                runtime=runtime,
+                hostname=self.request.hostname,
+                limit_s=soft_s or hard_s,
+            )
+        )
+        return to_celery(self, outcome)
+
+    task: Task = execute
+    return task
+
+
+def to_celery(task: Task, outcome: Outcome) -> dict[str, Any]:
+    """Mirror the event in Celery's state: return (SUCCESS), raise (FAILURE), revoke (REVOKED)."""
+    status = outcome.status
+    if status is EventStatus.FAILED:
+        raise outcome.error or rebuild_error(outcome.result) or RuntimeError("call failed")
+    if status is EventStatus.CANCELLED:
+        task.send_event("task-revoked", terminated=True, signum=None, expired=False)
+        task.backend.mark_as_revoked(task.request.id, "cancelled", request=task.request)
+        raise Ignore()
+    return outcome.result.model_dump(mode="json")
+
+
+def _parse(message: dict[str, Any] | CallMessage) -> CallMessage:
+    if isinstance(message, CallMessage):
+        return message
+    try:
+        return CallMessage.model_validate(message)
+    except ValidationError as exc:
+        raise MalformedRequestError(
+            f"toolfleet.execute got a message that is not a CallMessage "
+            f"({exc.error_count()} problems, first: {exc.errors()[0]['msg']}); publish calls "
+            f"with workers.publish.publish_calls"
+        ) from None
+
+
+def _effective_timeout(tool_s: float | None, limit_s: float | None) -> float | None:
+    candidates = [s for s in (tool_s, limit_s) if s]
+    return min(candidates) if candidates else None
+
+
+def _fmt_s(value: float | None) -> str:
+    return "?" if value is None else f"{value:g}s"
+
+
+def _default_hostname() -> str:
+    return f"{socket.gethostname()}.{os.getpid()}"
