@@ -157,8 +157,9 @@ _json_scalars = (
 )
 _json_values = st.recursive(
     _json_scalars,
-    lambda children: st.lists(children, max_size=4)
-    | st.dictionaries(st.text(max_size=5), children, max_size=4),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=5), children, max_size=4)
+    ),
     max_leaves=20,
 )
 _odd_scalars = (
@@ -173,10 +174,12 @@ _odd_scalars = (
 )
 _any_values = st.recursive(
     _odd_scalars,
-    lambda children: st.lists(children, max_size=4)
-    | st.tuples(children, children)
-    | st.frozensets(st.integers() | st.text(max_size=3), max_size=4)
-    | st.dictionaries(st.text(max_size=5) | st.integers(), children, max_size=4),
+    lambda children: (
+        st.lists(children, max_size=4)
+        | st.tuples(children, children)
+        | st.frozensets(st.integers() | st.text(max_size=3), max_size=4)
+        | st.dictionaries(st.text(max_size=5) | st.integers(), children, max_size=4)
+    ),
     max_leaves=20,
 )
 
