@@ -100,10 +100,20 @@ class BatchProgress:
         if self._progress is not None:
             self._progress.stop()
 
-    def advance(self, record: CallRecord) -> None:
-        self.counts[record.outcome] += 1
+    def advance_outcome(self, outcome: str) -> None:
+        """Count one more finished call (from the session's event observer)."""
+        self.counts[outcome] += 1
         if self._progress is not None:
             self._progress.update(self._task_id, advance=1, counts=self.counts)
+
+    def finish(self, records: list[CallRecord]) -> None:
+        """Replace the live counts with the batch's final results, which are the truth
+        (a denied call, for one, never produces an event to observe)."""
+        self.counts.clear()
+        self.counts.update(record.outcome for record in records)
+        if self._progress is not None:
+            self._progress.update(self._task_id, completed=len(records), counts=self.counts)
+            self._progress.refresh()
 
     @property
     def elapsed_s(self) -> float:

@@ -1,12 +1,259 @@
-"""Placeholder: the owning issue replaces this module with its subcommands."""
+"""``toolfleet run`` (a JSONL batch of tool calls) and ``toolfleet demo`` (the built-in tour).
+
+Both run on the fleet ``TOOLFLEET_BROKER_URL`` names or, when it is unset, on the embedded
+default (a private Redis and two local workers that live as long as the command).
+"""
 
 from __future__ import annotations
 
 import argparse
-from typing import Any
+import asyncio
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, TextIO
 
-__all__ = ["register"]
+from rich.console import Console
+
+from dispatcher.batch_file import BatchLine, parse_batch
+from dispatcher.call_record import CallRecord, Outcome
+from dispatcher.progress import BatchProgress, render_results, render_summary
+from schemas.errors import ConfigurationError, ToolfleetError
+
+__all__ = ["EXIT_INTERRUPTED", "read_batch", "register", "write_records"]
+
+EXIT_INTERRUPTED = 130
+# Above this many lines a person gets only the summary; the results go to --output or --json.
+_RESULTS_TABLE_MAX_ROWS = 50
+
+_RUN_EPILOG = """\
+BATCH is a JSONL file, one call per line: {"function": "name", "arguments": {...}}.
+A malformed line is reported with its line number and gets an error result; the batch goes on.
+
+Examples:
+  toolfleet run calls.jsonl --tools mytools
+  toolfleet run calls.jsonl --tools mytools,othertools --output results.jsonl
+  cat calls.jsonl | toolfleet run - --tools mytools --json > results.jsonl
+  toolfleet run calls.jsonl --tools mytools --strategy sequential --max-concurrent 8
+  TOOLFLEET_BROKER_URL=redis://redis:6379/0 toolfleet run calls.jsonl --tools mytools
+
+Without TOOLFLEET_BROKER_URL, toolfleet starts a private Redis and two local workers (one sync
+prefork, one asyncio pool) for the duration of the command.
+Exit codes: 0 every call completed; 1 some call failed, was denied or was malformed;
+2 usage or configuration error; 130 interrupted (Ctrl-C).
+"""
+
+_DEMO_EPILOG = """\
+Examples:
+  toolfleet demo
+  toolfleet demo --async-calls 100
+
+The demo always runs on the embedded default (a private Redis and two local workers it starts
+and stops itself), whatever TOOLFLEET_BROKER_URL says, so it needs no setup at all.
+"""
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
-    """Add this module's subcommands to the ``toolfleet`` parser."""
+    """Add ``toolfleet run`` and ``toolfleet demo`` to the ``toolfleet`` parser."""
+    run = subparsers.add_parser(
+        "run",
+        help="run a JSONL batch of tool calls on the fleet, with progress and a summary",
+        description="Run every call of BATCH on the fleet and write one result per line, "
+        "in input order.",
+        epilog=_RUN_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    run.add_argument("batch", metavar="BATCH", help="JSONL file of calls, or - for stdin")
+    run.add_argument(
+        "--tools",
+        action="append",
+        metavar="MODULE",
+        default=[],
+        help="module(s) defining the tools (comma-separated or repeated; added to TOOLFLEET_TOOLS)",
+    )
+    run.add_argument(
+        "--strategy",
+        choices=("concurrent", "sequential"),
+        default="concurrent",
+        help="concurrent (default): all calls in flight at once, within the window; "
+        "sequential: one after another",
+    )
+    run.add_argument(
+        "--max-concurrent",
+        type=_positive_int,
+        metavar="N",
+        default=None,
+        help="calls in flight at once (default: TOOLFLEET_MAX_IN_FLIGHT, 256)",
+    )
+    run.add_argument(
+        "--output", metavar="FILE", default=None, help="write the results here as JSONL"
+    )
+    run.add_argument(
+        "--json",
+        action="store_true",
+        help="print the results as JSONL on stdout, with no progress bar or tables",
+    )
+    run.set_defaults(func=_run)
+
+    demo = subparsers.add_parser(
+        "demo",
+        help="run a built-in batch on a private local fleet: the quickest look at toolfleet",
+        description="Run a built-in batch on the embedded default: blocking sync tools in "
+        "worker processes, many async tools on the asyncio pool, a failing tool and its "
+        "truthful error, and a call denied by a governance gate.",
+        epilog=_DEMO_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    demo.add_argument(
+        "--async-calls",
+        type=_positive_int,
+        default=40,
+        metavar="N",
+        help="how many async fetch_page calls to run (default 40)",
+    )
+    demo.add_argument(
+        "--sync-calls",
+        type=_positive_int,
+        default=4,
+        metavar="N",
+        help="how many blocking checksum_file calls to run (default 4)",
+    )
+    demo.set_defaults(func=_demo)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not at least 1")
+    return value
+
+
+def _split_modules(values: Sequence[str]) -> tuple[str, ...]:
+    return tuple(m.strip() for value in values for m in value.split(",") if m.strip())
+
+
+def read_batch(source: str, stdin: TextIO | None = None) -> list[BatchLine]:
+    """The lines of ``source`` (a path, or ``-`` for stdin), parsed."""
+    if source == "-":
+        return parse_batch(stdin if stdin is not None else sys.stdin)
+    path = Path(source)
+    try:
+        with path.open(encoding="utf-8") as handle:
+            return parse_batch(handle)
+    except FileNotFoundError:
+        raise ConfigurationError(
+            f"BATCH file {source!r} does not exist; pass a JSONL file or - for stdin"
+        ) from None
+    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
+        raise ConfigurationError(
+            f"BATCH file {source!r} cannot be read ({exc}); pass a readable UTF-8 JSONL file"
+        ) from None
+
+
+def write_records(records: Sequence[CallRecord], handle: TextIO) -> None:
+    """One JSON object per line, in input order."""
+    for record in records:
+        handle.write(json.dumps(record.to_json(), default=str) + "\n")
+
+
+def _run(args: argparse.Namespace) -> int:
+    from workers.settings import Settings
+
+    settings = Settings.from_env()
+    tools = (*settings.tools, *(m for m in _split_modules(args.tools) if m not in settings.tools))
+    if not tools:
+        raise ConfigurationError(
+            "no tool modules: pass --tools MODULE or set TOOLFLEET_TOOLS=module[,module]"
+        )
+    lines = read_batch(args.batch)
+    err = Console(stderr=True)
+    out = Console()
+    for line in lines:
+        if line.error is not None:
+            print(f"toolfleet run: malformed {line.error}", file=sys.stderr)
+    if not args.json and not settings.broker_url:
+        err.print(
+            "[dim]TOOLFLEET_BROKER_URL is unset: starting the embedded default "
+            "(a private Redis and two local workers)…[/dim]"
+        )
+    try:
+        result = _execute(
+            lines,
+            tools=tools,
+            strategy=args.strategy,
+            max_concurrent=args.max_concurrent,
+            console=err,
+            show_progress=not args.json,
+        )
+    except KeyboardInterrupt:
+        print("toolfleet run: interrupted; the fleet was stopped", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except ToolfleetError as exc:
+        print(f"toolfleet run: {exc}", file=sys.stderr)
+        return 2
+    branch_id, records, elapsed_s = result
+    if args.output:
+        with open(args.output, "w", encoding="utf-8") as handle:
+            write_records(records, handle)
+    if args.json:
+        write_records(records, sys.stdout)
+        sys.stdout.flush()
+    else:
+        if len(records) <= _RESULTS_TABLE_MAX_ROWS:
+            out.print(render_results(records))
+        out.print(render_summary(records, elapsed_s))
+        out.print(f"branch {branch_id}: see its history with `toolfleet history {branch_id}`")
+        if args.output:
+            out.print(f"results written to {args.output}")
+    return 0 if all(record.outcome == "done" for record in records) else 1
+
+
+def _execute(
+    lines: Sequence[BatchLine],
+    *,
+    tools: Sequence[str],
+    strategy: str,
+    max_concurrent: int | None,
+    console: Console,
+    show_progress: bool,
+    gates: Sequence[Any] = (),
+    embedded_only: bool = False,
+) -> tuple[str, list[CallRecord], float]:
+    from dispatcher.batch_runner import run_batch
+    from dispatcher.embedded import EmbeddedFleet, resolve_fleet
+    from workers.settings import Settings
+
+    progress = BatchProgress(len(lines), console, enabled=show_progress)
+    if embedded_only:
+        base = Settings.from_env().model_copy(update={"broker_url": None, "tools": ()})
+        fleet_cm: Any = EmbeddedFleet(tools=tools, base=base)
+    else:
+        fleet_cm = resolve_fleet(tools)
+    with fleet_cm as settings:
+
+        def on_progress(outcome: Outcome) -> None:
+            progress.advance_outcome(outcome)
+
+        with progress:
+            result = asyncio.run(
+                run_batch(
+                    lines,
+                    settings=settings,
+                    strategy=strategy,
+                    max_concurrent=max_concurrent,
+                    gates=gates,
+                    on_progress=on_progress,
+                )
+            )
+            progress.finish(result.records)
+    return result.branch_id, result.records, result.elapsed_s
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from dispatcher.demo import run_demo
+
+    return run_demo(sync_calls=args.sync_calls, async_calls=args.async_calls, execute=_execute)
