@@ -1,0 +1,457 @@
+"""One ``Branch.act()`` batch: the per-call transaction and the in-order writer.
+
+Per call: CallContext (C4) → authorize → TOOL_PRE → wire checks → enqueue → result (with
+retries). Per call, in input order, once every earlier call is written: TOOL_POST or
+TOOL_ERROR → event records + linked ActionRequest/ActionResponse as one unit (C5) →
+observers and message callbacks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Literal
+
+from dispatcher.context import CallContext
+from dispatcher.envelope import Envelope, normalize
+from dispatcher.history import Unit, link_pair
+from dispatcher.hooks import HookPoint
+from dispatcher.publisher import Publisher
+from dispatcher.signals import GateDenied
+from schemas.action import ActionResponseModel, CallParams
+from schemas.errors import (
+    ArgumentValidationError,
+    BrokerError,
+    ConfigurationError,
+    MalformedRequestError,
+    NotJSONError,
+    OversizedArgumentsError,
+    UnknownToolError,
+)
+from schemas.execution import Execution
+from schemas.function_calling import REDACTED, normalize_arguments
+from schemas.serialize import format_error
+from schemas.status import EventStatus
+from schemas.wire import CallMessage, CallResult
+
+if TYPE_CHECKING:
+    from dispatcher.branch import Branch
+    from dispatcher.fleet import Fleet
+
+__all__ = ["DENIED_OUTPUT_ERROR", "STRATEGIES", "Batch", "Strategy"]
+
+log = logging.getLogger(__name__)
+
+Strategy = Literal["concurrent", "sequential"]
+STRATEGIES: tuple[str, ...] = ("concurrent", "sequential")
+DENIED_OUTPUT_ERROR = "denied by governance gate"
+# The ADR's observability budgets for hook summaries and verbose argument previews.
+HOOK_SUMMARY_CHARS = 200
+VERBOSE_PREVIEW_CHARS = 50
+
+_MANAGER_ERRORS = (ArgumentValidationError, UnknownToolError, BrokerError)
+
+
+class Batch:
+    """Runs one act() call; construct, then ``await run()``."""
+
+    def __init__(
+        self,
+        branch: Branch,
+        fleet: Fleet,
+        requests: Any,
+        *,
+        strategy: str,
+        verbose_action: bool,
+        suppress_errors: bool,
+        call_params: CallParams | None,
+    ) -> None:
+        if strategy not in STRATEGIES:
+            raise ConfigurationError(
+                f"strategy {strategy!r} is not one of {list(STRATEGIES)}; pass 'concurrent' "
+                "to run calls in parallel or 'sequential' to run them one after another"
+            )
+        self.branch = branch
+        self.fleet = fleet
+        self.strategy = strategy
+        self.verbose = verbose_action
+        self.suppress = suppress_errors
+        self.params = call_params if call_params is not None else CallParams()
+        self.items = self._envelopes(requests)
+        window = self.params.max_concurrent or fleet.settings.max_in_flight
+        self._window = asyncio.Semaphore(window)
+        self._publisher = Publisher(fleet)
+        self._ready: dict[int, Unit | None] = {}
+        self._next_write = 0
+        self._write_lock = asyncio.Lock()
+        self._stopped = False
+        self._throttle_lock = asyncio.Lock()
+        self._last_start_s: float | None = None
+
+    def _envelopes(self, requests: Any) -> list[Envelope | MalformedRequestError]:
+        if not isinstance(requests, list | tuple):
+            requests = [requests]
+        items: list[Envelope | MalformedRequestError] = []
+        for request in requests:
+            try:
+                items.append(normalize(request))
+            except MalformedRequestError as exc:
+                if not self.suppress:
+                    raise  # before anything in the batch is enqueued
+                items.append(exc)
+        return items
+
+    # -- batch -------------------------------------------------------------------------
+
+    async def run(self) -> list[Any]:
+        try:
+            if self.strategy == "sequential":
+                units = await self._run_sequential()
+            else:
+                units = await self._run_concurrent()
+        finally:
+            await self._publisher.aclose()
+        results: list[Any] = []
+        first_error: BaseException | None = None
+        for unit in units:
+            if unit is None:
+                results.append(None)
+            elif unit.raise_after is not None and self.params.return_exceptions:
+                results.append(unit.raise_after)
+            else:
+                if unit.raise_after is not None and first_error is None:
+                    first_error = unit.raise_after
+                results.append(unit.result)
+        if first_error is not None:
+            raise first_error
+        if self.params.output_dropna:
+            results = [r for r in results if r is not None]
+        return results
+
+    async def _run_sequential(self) -> list[Unit | None]:
+        units: list[Unit | None] = [None] * len(self.items)
+        for index, item in enumerate(self.items):
+            unit = await self._transact(item)
+            units[index] = unit
+            await self._complete(index, unit)
+            if self._stops_batch(unit):
+                break
+        return units
+
+    async def _run_concurrent(self) -> list[Unit | None]:
+        tasks = [
+            asyncio.ensure_future(self._windowed(index, item))
+            for index, item in enumerate(self.items)
+        ]
+        try:
+            return list(await asyncio.gather(*tasks))
+        except BaseException:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
+
+    async def _windowed(self, index: int, item: Envelope | MalformedRequestError) -> Unit | None:
+        # C8: the window bounds calls in their transaction, from authorization to result.
+        async with self._window:
+            unit = None if self._stopped else await self._transact(item)
+        if unit is not None and self._stops_batch(unit):
+            self._stopped = True
+        await self._complete(index, unit)
+        return unit
+
+    def _stops_batch(self, unit: Unit | None) -> bool:
+        return (
+            unit is not None and unit.raise_after is not None and not self.params.return_exceptions
+        )
+
+    async def _complete(self, index: int, unit: Unit | None) -> None:
+        """Hold ``unit`` until every earlier call is written, then write the ready run."""
+        self._ready[index] = unit
+        async with self._write_lock:
+            run: list[Unit] = []
+            while self._next_write in self._ready:
+                ready = self._ready.pop(self._next_write)
+                self._next_write += 1
+                if ready is not None:
+                    run.append(ready)
+            if run:
+                await self.branch._write_units(run, self.fleet)
+
+    # -- one call ----------------------------------------------------------------------
+
+    async def _transact(self, item: Envelope | MalformedRequestError) -> Unit:
+        branch_id = self.branch.id
+        if isinstance(item, MalformedRequestError):
+            ctx = CallContext(function="", arguments={}, branch_id=branch_id)
+            return self._aborted(ctx, item, hook=False)
+        try:
+            tool = self.fleet.tool(item.function)
+            arguments = normalize_arguments(tool, item.arguments)
+        except (ArgumentValidationError, UnknownToolError) as exc:
+            raw = dict(item.arguments) if isinstance(item.arguments, Mapping) else {}
+            if item.function in self.fleet.registry:
+                known = self.fleet.tool(item.function)
+                ctx = CallContext(item.function, raw, branch_id, tool=known)
+            else:
+                # No tool, no list of secret arguments: keep the names, hide every value.
+                ctx = CallContext(item.function, dict.fromkeys(raw, REDACTED), branch_id)
+            return self._aborted(ctx, exc)
+        ctx = CallContext(item.function, arguments, branch_id, tool=tool)
+        if self.verbose:
+            log.info(
+                "branch %s: call %s %s(%s)",
+                branch_id,
+                ctx.call_id,
+                ctx.function,
+                str(ctx.public_arguments)[:VERBOSE_PREVIEW_CHARS],
+            )
+
+        reason = await self.branch.authorize(ctx)
+        if reason is not None:
+            return self._denied(ctx, reason)
+
+        try:
+            await self.branch.hooks.emit_pre(
+                {
+                    "tool_name": ctx.function,
+                    "call_id": ctx.call_id,
+                    "arguments": str(ctx.public_arguments)[:HOOK_SUMMARY_CHARS],
+                    "branch_id": branch_id,
+                    "context": ctx,
+                }
+            )
+        except Exception as exc:
+            return self._aborted(ctx, exc)  # C3
+
+        try:
+            check_wire(ctx, self.fleet.settings.max_argument_bytes)
+        except ArgumentValidationError as exc:
+            return self._aborted(ctx, exc)
+
+        return await self._execute_with_retries(ctx)
+
+    async def _execute_with_retries(self, ctx: CallContext) -> Unit:
+        events: list[dict[str, Any]] = []
+        delay_s = self.params.retry_initial_delay_s
+        attempt = 0
+        while True:
+            await self._throttle()
+            try:
+                result = await self._execute_once(ctx, attempt)
+            except BrokerError as exc:
+                return self._aborted(ctx, exc, events=events)
+            events.append(self._record(ctx, result))
+            if (
+                result.status is EventStatus.FAILED
+                and attempt < self.params.retry_attempts
+                and not self._stopped
+            ):
+                if delay_s > 0:
+                    await asyncio.sleep(delay_s)
+                delay_s *= self.params.retry_backoff
+                attempt += 1
+                continue
+            return self._finished(ctx, result, events)
+
+    async def _execute_once(self, ctx: CallContext, attempt: int) -> CallResult:
+        assert ctx.tool is not None
+        message = CallMessage(
+            call_id=ctx.call_id,
+            branch_id=ctx.branch_id,
+            function=ctx.function,
+            arguments=ctx.arguments,
+            timeout_s=self.params.timeout_s,
+            attempt=attempt,
+            reply_to=self.fleet.reply_key,
+        )
+        future = self.fleet.expect(ctx.call_id, attempt)
+        try:
+            await self._publisher.submit(message, ctx.tool)
+            return await future
+        except BaseException:
+            self.fleet.collector.forget(ctx.call_id, attempt)
+            raise
+
+    async def _throttle(self) -> None:
+        period_s = self.params.throttle_period_s
+        if period_s is None:
+            return
+        async with self._throttle_lock:
+            now_s = time.monotonic()
+            if self._last_start_s is not None:
+                wait_s = self._last_start_s + period_s - now_s
+                if wait_s > 0:
+                    await asyncio.sleep(wait_s)
+            self._last_start_s = time.monotonic()
+
+    # -- units -------------------------------------------------------------------------
+
+    def _record(self, ctx: CallContext, result: CallResult) -> dict[str, Any]:
+        return {
+            **result.event,
+            "call_id": ctx.call_id,
+            "branch_id": ctx.branch_id,
+            "attempt": result.attempt,
+            "worker": result.worker,
+        }
+
+    def _finished(
+        self, ctx: CallContext, result: CallResult, events: list[dict[str, Any]]
+    ) -> Unit:
+        execution = result.to_execution()
+        status = execution.status
+        output = execution.response
+        error = None if status is EventStatus.COMPLETED else _error_text(execution.error, status)
+        arguments = ctx.public_arguments
+        request, response = link_pair(
+            function=ctx.function,
+            arguments=arguments,
+            output=output,
+            error=error,
+            branch_id=ctx.branch_id,
+        )
+        model = ActionResponseModel(
+            function=ctx.function,
+            arguments=arguments,
+            output=output,
+            status=status,
+            error=error,
+            call_id=ctx.call_id,
+        )
+        return Unit(
+            call_id=ctx.call_id,
+            events=events,
+            request=request,
+            response=response,
+            result=model,
+            hook_point=HookPoint.TOOL_POST,
+            hook_payload={
+                "call_id": ctx.call_id,
+                "tool_name": ctx.function,
+                "response": str(output)[:HOOK_SUMMARY_CHARS],
+                "duration": execution.duration,
+                "status": status,
+                "error": error,
+                "branch_id": ctx.branch_id,
+            },
+        )
+
+    def _denied(self, ctx: CallContext, reason: str) -> Unit:
+        self.branch._signal(GateDenied(ctx.call_id, ctx.function, ctx.branch_id, reason))
+        output = {"error": DENIED_OUTPUT_ERROR, "function": ctx.function}
+        arguments = ctx.public_arguments
+        request, response = link_pair(
+            function=ctx.function,
+            arguments=arguments,
+            output=output,
+            error=DENIED_OUTPUT_ERROR,
+            branch_id=ctx.branch_id,
+        )
+        model = ActionResponseModel(
+            function=ctx.function,
+            arguments=arguments,
+            output=output,
+            status=EventStatus.SKIPPED,
+            error=DENIED_OUTPUT_ERROR,
+            call_id=ctx.call_id,
+        )
+        # Denial is a value whatever suppress_errors says; no event, no hook.
+        return Unit(ctx.call_id, [], request, response, model)
+
+    def _aborted(
+        self,
+        ctx: CallContext,
+        exc: BaseException,
+        *,
+        hook: bool = True,
+        events: list[dict[str, Any]] | None = None,
+    ) -> Unit:
+        """A call stopped before (or while) enqueuing: ABORTED event, error pair (C3)."""
+        error = format_error(exc)
+        arguments = ctx.public_arguments
+        output = {"error": error, "function": ctx.function, "arguments": arguments}
+        execution = Execution(status=EventStatus.ABORTED)
+        execution.add_error(exc)
+        record = {
+            "id": str(uuid.uuid4()),
+            "created_at": datetime.now(UTC).isoformat(),
+            "execution": execution.to_dict(),
+            "function": ctx.function,
+            "arguments": arguments,
+            "call_id": ctx.call_id,
+            "branch_id": ctx.branch_id,
+            "attempt": len(events or ()),
+            "worker": None,
+        }
+        request, response = link_pair(
+            function=ctx.function,
+            arguments=arguments,
+            output=output,
+            error=error,
+            branch_id=ctx.branch_id,
+        )
+        model = ActionResponseModel(
+            function=ctx.function,
+            arguments=arguments,
+            output=output,
+            status=EventStatus.ABORTED,
+            error=error,
+            call_id=ctx.call_id,
+        )
+        return Unit(
+            call_id=ctx.call_id,
+            events=[*(events or ()), record],
+            request=request,
+            response=response,
+            result=model,
+            raise_after=None if self.suppress else exc,
+            hook_point=HookPoint.TOOL_ERROR if hook else None,
+            hook_payload={
+                "call_id": ctx.call_id,
+                "tool_name": ctx.function,
+                "error": exc,
+                "duration": None,
+                "branch_id": ctx.branch_id,
+            },
+        )
+
+
+def check_wire(ctx: CallContext, max_argument_bytes: int) -> None:
+    """Raise NotJSONError naming the key, or OversizedArgumentsError, before enqueueing."""
+    try:
+        encoded = json.dumps(ctx.arguments, allow_nan=False)
+    except (TypeError, ValueError):
+        for key, value in ctx.arguments.items():
+            try:
+                json.dumps(value, allow_nan=False)
+            except (TypeError, ValueError) as exc:
+                raise NotJSONError(
+                    f"argument {key!r} of tool {ctx.function!r} is not JSON "
+                    f"({type(value).__name__}: {exc}); pass str, int, float, bool, None, "
+                    "list or dict values"
+                ) from None
+        raise NotJSONError(
+            f"arguments of tool {ctx.function!r} are not JSON; pass plain JSON values"
+        ) from None
+    size = len(encoded.encode())
+    if size > max_argument_bytes:
+        raise OversizedArgumentsError(
+            f"arguments of tool {ctx.function!r} are {size} bytes as JSON, over the "
+            f"{max_argument_bytes}-byte limit (TOOLFLEET_MAX_ARGUMENT_BYTES); pass a "
+            "reference (a path or URL) instead of the data"
+        )
+
+
+def _error_text(error: str | BaseException | None, status: EventStatus) -> str:
+    if error is None:
+        return f"{status.value} without a recorded error"
+    if isinstance(error, BaseException):
+        return format_error(error)
+    return error
+

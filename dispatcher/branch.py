@@ -1,0 +1,179 @@
+"""A conversation branch: where tool calls are acted on and their history is kept."""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from dispatcher.act import Batch
+from dispatcher.context import CallContext
+from dispatcher.fleet import Fleet, default_fleet
+from dispatcher.history import BranchHistory, Unit, load_records
+from dispatcher.hooks import HookBus
+from dispatcher.signals import CallbackFailed, HistoryWriteFailed, Signal
+from schemas.action import ActionResponseModel, CallParams
+from schemas.messages import Message
+
+if TYPE_CHECKING:
+    from dispatcher.session import Session
+
+__all__ = ["Branch", "MessageCallback"]
+
+log = logging.getLogger(__name__)
+
+MessageCallback = Callable[[Message], "Awaitable[Any] | Any"]
+
+
+class Branch:
+    """Acts on tool calls over a fleet and records each call's event and message pair.
+
+    A branch without a session authorizes every call. The fleet is, in order: ``fleet``,
+    the session's fleet, or the process-default ``Fleet.from_env()`` created on first use
+    (``TOOLFLEET_*`` environment variables configure it).
+    """
+
+    def __init__(
+        self,
+        session: Session | None = None,
+        *,
+        fleet: Fleet | None = None,
+        id: str | None = None,
+    ) -> None:
+        self.id = id or str(uuid.uuid4())
+        self.session = session
+        self._fleet = fleet
+        self.hooks = HookBus()
+        # Signals of this branch; also appended to the session's signals when bound.
+        self.signals: list[Signal] = []
+        self._history = BranchHistory(self.id)
+        self._message_callbacks: list[MessageCallback] = []
+        if session is not None:
+            session.branches[self.id] = self
+
+    @property
+    def fleet(self) -> Fleet:
+        if self._fleet is not None:
+            return self._fleet
+        if self.session is not None and self.session.fleet is not None:
+            return self.session.fleet
+        return default_fleet()
+
+    @property
+    def messages(self) -> list[Message]:
+        """The history: ActionRequest, then its linked ActionResponse, per call, in order."""
+        return self._history.messages
+
+    @property
+    def events(self) -> list[dict[str, Any]]:
+        """The logged execution records (one per attempt; ABORTED for calls never run)."""
+        return self._history.events
+
+    def on_message(self, callback: MessageCallback) -> MessageCallback:
+        """Call ``callback(message)`` after each message is written; failures are isolated
+        and recorded as CallbackFailed signals."""
+        self._message_callbacks.append(callback)
+        return callback
+
+    async def authorize(self, ctx: CallContext) -> str | None:
+        """None to allow ``ctx``, else the denial reason. Standalone branches allow all."""
+        if self.session is None:
+            return None
+        return await self.session.authorize(ctx.invocation())
+
+    async def act(
+        self,
+        action_request: Any,
+        *,
+        strategy: str = "concurrent",
+        verbose_action: bool = False,
+        suppress_errors: bool = True,
+        call_params: CallParams | None = None,
+    ) -> list[ActionResponseModel]:
+        """Run one call or a list of calls on the fleet; one result per call, input order.
+
+        Each request is an ActionRequest, a model with ``function`` and ``arguments``, or a
+        dict with both keys. ``suppress_errors=False`` raises a malformed request before
+        anything is enqueued, and a call's manager or TOOL_PRE exception after the history
+        of the calls in flight is written. ``call_params`` sets retries, per-call timeout,
+        the in-flight window (default ``settings.max_in_flight``), throttle,
+        ``return_exceptions`` (exceptions in their slots) and ``output_dropna``.
+        """
+        batch = Batch(
+            self,
+            self.fleet,
+            action_request,
+            strategy=strategy,
+            verbose_action=verbose_action,
+            suppress_errors=suppress_errors,
+            call_params=call_params,
+        )
+        if not batch.items:
+            return []
+        return await batch.run()
+
+    @classmethod
+    async def load(
+        cls,
+        branch_id: str,
+        *,
+        fleet: Fleet | None = None,
+        session: Session | None = None,
+    ) -> Branch:
+        """A branch with the history and events stored under ``branch_id`` in Redis."""
+        branch = cls(session, fleet=fleet, id=branch_id)
+        f = branch.fleet
+        messages, events = await load_records(f.redis, f.keys, branch_id)
+        branch._history.messages.extend(messages)
+        branch._history.events.extend(events)
+        return branch
+
+    # -- used by the batch -------------------------------------------------------------
+
+    def _signal(self, signal: Signal) -> None:
+        self.signals.append(signal)
+        if self.session is not None:
+            self.session.record(signal)
+
+    async def _write_units(self, units: Sequence[Unit], fleet: Fleet) -> None:
+        """TOOL_POST/TOOL_ERROR, then each unit whole (C5), then observers and callbacks."""
+        for unit in units:
+            if unit.hook_point is None:
+                continue
+            for failure in await self.hooks.emit(unit.hook_point, unit.hook_payload):
+                self._signal(
+                    CallbackFailed(
+                        unit.call_id, str(failure.point), failure.handler, _text(failure.error)
+                    )
+                )
+        failure_text = await self._history.write(
+            fleet.redis, fleet.keys, units, record_ttl_s=fleet.settings.record_ttl_s
+        )
+        if failure_text is not None:
+            self._signal(HistoryWriteFailed(units[0].call_id, self.id, failure_text))
+        observers = self.session.observers if self.session is not None else ()
+        for unit in units:
+            for record in unit.events:
+                for observer in observers:
+                    await self._isolated(observer, record, unit.call_id, "observer")
+            for message in (unit.request, unit.response):
+                for callback in self._message_callbacks:
+                    await self._isolated(callback, message, unit.call_id, "on_message")
+
+    async def _isolated(
+        self, handler: Callable[[Any], Any], arg: Any, call_id: str | None, where: str
+    ) -> None:
+        try:
+            result = handler(arg)
+            if inspect.isawaitable(result):
+                await result
+        except Exception as exc:
+            name = str(getattr(handler, "__qualname__", None) or repr(handler))
+            log.warning("branch %s: %s %s failed: %s", self.id, where, name, _text(exc))
+            self._signal(CallbackFailed(call_id, where, name, _text(exc)))
+
+
+def _text(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"

@@ -1,0 +1,105 @@
+"""One background task per Fleet that receives every call result pushed by the workers.
+
+Workers RPUSH each CallResult onto this collector's reply list; the collector BLPOPs it on
+its own connection and resolves the future waiting for that (call_id, attempt). Nothing
+polls per task and the caller's event loop is never blocked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import cast
+
+import redis.asyncio as aioredis
+from pydantic import ValidationError
+from redis.exceptions import RedisError
+
+from schemas.wire import CallResult
+
+__all__ = ["Collector"]
+
+log = logging.getLogger(__name__)
+
+# BLPOP wakes this often with nothing to do, so close() never waits long.
+_BLOCK_S = 1.0
+# After a wake-up, take up to this many more results in one round trip.
+_DRAIN_COUNT = 1000
+_RECONNECT_DELAY_S = 0.5
+
+
+class Collector:
+    """Resolves one future per expected (call_id, attempt) from the reply list."""
+
+    def __init__(self, client: aioredis.Redis, reply_key: str) -> None:
+        self.client = client
+        self.reply_key = reply_key
+        self._pending: dict[tuple[str, int], asyncio.Future[CallResult]] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(
+                self._run(), name=f"toolfleet-collector:{self.reply_key}"
+            )
+
+    def expect(self, call_id: str, attempt: int) -> asyncio.Future[CallResult]:
+        """The future for one attempt's result; register it before publishing the call."""
+        key = (call_id, attempt)
+        future = self._pending.get(key)
+        if future is None:
+            future = asyncio.get_running_loop().create_future()
+            self._pending[key] = future
+        return future
+
+    def forget(self, call_id: str, attempt: int) -> None:
+        """Stop waiting for an attempt (it was never published, or the caller gave up)."""
+        future = self._pending.pop((call_id, attempt), None)
+        if future is not None and not future.done():
+            future.cancel()
+
+    @property
+    def pending(self) -> int:
+        return len(self._pending)
+
+    def deliver(self, raw: bytes | str) -> None:
+        """Resolve the future a raw CallResult belongs to; ignore duplicates and strangers."""
+        try:
+            result = CallResult.model_validate_json(raw)
+        except ValidationError as exc:
+            log.error("collector %s: unreadable reply dropped: %s", self.reply_key, exc)
+            return
+        future = self._pending.pop((result.call_id, result.attempt), None)
+        if future is not None and not future.done():
+            future.set_result(result)
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                popped = await self.client.blpop([self.reply_key], timeout=_BLOCK_S)
+                if popped is None:
+                    continue
+                self.deliver(cast(bytes, popped[1]))
+                more = await self.client.lpop(self.reply_key, _DRAIN_COUNT)
+                for raw in cast(list[bytes], more or []):
+                    self.deliver(raw)
+            except (RedisError, OSError) as exc:
+                # Replies wait in the Redis list meanwhile, so a reconnect loses none.
+                log.warning("collector %s: %s; reconnecting", self.reply_key, exc)
+                await asyncio.sleep(_RECONNECT_DELAY_S)
+            except Exception:
+                log.exception("collector %s: unexpected error; continuing", self.reply_key)
+                await asyncio.sleep(_RECONNECT_DELAY_S)
+
+    async def aclose(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        for future in self._pending.values():
+            if not future.done():
+                future.cancel()
+        self._pending.clear()
+        await self.client.aclose()

@@ -1,0 +1,149 @@
+"""A branch's record: the ordered messages and event records, in memory and in Redis.
+
+One call's event records and its ActionRequest/ActionResponse pair form a *unit*; a unit is
+written whole (C5): Redis receives units in one MULTI/EXEC, and memory is appended only
+after, so no reader ever sees an event without its linked pair.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis.asyncio as aioredis
+from pydantic import TypeAdapter
+from redis.exceptions import RedisError
+
+from schemas.action import ActionResponseModel
+from schemas.messages import (
+    ActionRequest,
+    ActionRequestContent,
+    ActionResponse,
+    ActionResponseContent,
+    Message,
+)
+from workers.keys import Keys
+
+__all__ = ["BranchHistory", "Unit", "link_pair", "load_records"]
+
+log = logging.getLogger(__name__)
+
+_MESSAGE = TypeAdapter[Message](Message)
+
+
+@dataclass(slots=True)
+class Unit:
+    """Everything one call leaves behind, written at once and in input order."""
+
+    call_id: str | None
+    events: list[dict[str, Any]]
+    request: ActionRequest
+    response: ActionResponse
+    result: ActionResponseModel
+    # Raised to the caller after the unit is written (suppress_errors=False), else None.
+    raise_after: BaseException | None = None
+    # TOOL_POST or TOOL_ERROR payload, emitted just before the unit is written.
+    hook_point: str | None = None
+    hook_payload: dict[str, Any] = field(default_factory=dict)
+
+
+def link_pair(
+    *,
+    function: str,
+    arguments: dict[str, Any],
+    output: Any,
+    error: str | None,
+    branch_id: str | None,
+) -> tuple[ActionRequest, ActionResponse]:
+    """An ActionRequest and its ActionResponse, each naming the other's id (C1, C2)."""
+    request = ActionRequest(
+        sender=branch_id,
+        recipient=function,
+        content=ActionRequestContent(function=function, arguments=arguments),
+    )
+    response = ActionResponse(
+        sender=function,
+        recipient=branch_id,
+        content=ActionResponseContent(
+            function=function,
+            arguments=arguments,
+            output=output,
+            action_request_id=request.id,
+            error=error,
+        ),
+    )
+    request.content.action_response_id = response.id
+    return request, response
+
+
+class BranchHistory:
+    """Appends units to a branch's lists in Redis and in memory."""
+
+    def __init__(self, branch_id: str) -> None:
+        self.branch_id = branch_id
+        self.messages: list[Message] = []
+        self.events: list[dict[str, Any]] = []
+
+    async def write(
+        self,
+        client: aioredis.Redis | None,
+        keys: Keys,
+        units: Sequence[Unit],
+        *,
+        record_ttl_s: int,
+    ) -> str | None:
+        """Write ``units`` in order; returns the Redis error text if Redis refused them.
+
+        Memory is written either way, so the caller's history is never missing a unit.
+        """
+        if not units:
+            return None
+        failure: str | None = None
+        if client is not None:
+            failure = await self._write_redis(client, keys, units, record_ttl_s)
+        for unit in units:
+            self.events.extend(unit.events)
+            self.messages.append(unit.request)
+            self.messages.append(unit.response)
+        return failure
+
+    async def _write_redis(
+        self, client: aioredis.Redis, keys: Keys, units: Sequence[Unit], record_ttl_s: int
+    ) -> str | None:
+        history_key = keys.history(self.branch_id)
+        events_key = keys.events(self.branch_id)
+        events = [json.dumps(e) for u in units for e in u.events]
+        messages = [m.model_dump_json() for u in units for m in (u.request, u.response)]
+        try:
+            async with client.pipeline(transaction=True) as pipe:
+                if events:
+                    pipe.rpush(events_key, *events)
+                    pipe.expire(events_key, record_ttl_s)
+                pipe.rpush(history_key, *messages)
+                pipe.expire(history_key, record_ttl_s)
+                await pipe.execute()
+        except (RedisError, OSError) as exc:
+            log.error(
+                "branch %s: history of %d call(s) not written to Redis: %s",
+                self.branch_id,
+                len(units),
+                exc,
+            )
+            return f"{type(exc).__name__}: {exc}"
+        return None
+
+
+async def load_records(
+    client: aioredis.Redis, keys: Keys, branch_id: str
+) -> tuple[list[Message], list[dict[str, Any]]]:
+    """The messages and event records stored for ``branch_id``, in written order."""
+    async with client.pipeline(transaction=True) as pipe:
+        pipe.lrange(keys.history(branch_id), 0, -1)
+        pipe.lrange(keys.events(branch_id), 0, -1)
+        raw_messages, raw_events = await pipe.execute()
+    messages = [_MESSAGE.validate_json(raw) for raw in raw_messages]
+    events = [json.loads(raw) for raw in raw_events]
+    return messages, events

@@ -1,0 +1,103 @@
+"""Lifecycle hooks of a branch's tool calls: TOOL_PRE guards, TOOL_POST/TOOL_ERROR observers."""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+__all__ = ["HookBus", "HookFailure", "HookHandler", "HookPoint", "StopHook"]
+
+log = logging.getLogger(__name__)
+
+HookHandler = Callable[[dict[str, Any]], "Awaitable[Any] | Any"]
+
+
+class HookPoint(StrEnum):
+    TOOL_PRE = "tool_pre"
+    TOOL_POST = "tool_post"
+    TOOL_ERROR = "tool_error"
+
+
+class StopHook(Exception):
+    """Raised by a TOOL_PRE handler to skip the remaining pre-handlers (not the call)."""
+
+
+@dataclass(frozen=True, slots=True)
+class HookFailure:
+    """An isolated exception from a TOOL_POST or TOOL_ERROR handler."""
+
+    point: HookPoint
+    handler: str
+    error: BaseException
+
+
+class HookBus:
+    """Handlers per hook point, run in registration order.
+
+    TOOL_PRE is blocking: handlers run one after another and an exception propagates to
+    the caller (which aborts that one call, C3). Every other point isolates failures: they
+    are logged and returned, and the next handler still runs.
+    """
+
+    def __init__(self) -> None:
+        self._handlers: dict[HookPoint, list[HookHandler]] = {p: [] for p in HookPoint}
+
+    def on(self, point: HookPoint | str, handler: HookHandler) -> HookHandler:
+        """Register ``handler(payload: dict)`` (sync or async) at ``point``; returns it."""
+        self._handlers[_point(point)].append(handler)
+        return handler
+
+    def off(self, point: HookPoint | str, handler: HookHandler) -> None:
+        """Remove a handler registered with :meth:`on`; a missing one is ignored."""
+        handlers = self._handlers[_point(point)]
+        if handler in handlers:
+            handlers.remove(handler)
+
+    def handlers(self, point: HookPoint | str) -> tuple[HookHandler, ...]:
+        return tuple(self._handlers[_point(point)])
+
+    async def emit_pre(self, payload: dict[str, Any]) -> None:
+        """Run TOOL_PRE handlers in order; StopHook ends the chain, anything else raises."""
+        for handler in self.handlers(HookPoint.TOOL_PRE):
+            try:
+                await _call(handler, {"point": HookPoint.TOOL_PRE, **payload})
+            except StopHook:
+                return
+
+    async def emit(self, point: HookPoint | str, payload: dict[str, Any]) -> list[HookFailure]:
+        """Run a non-blocking point's handlers; each failure is logged, isolated, returned."""
+        point = _point(point)
+        if point is HookPoint.TOOL_PRE:
+            raise ValueError("TOOL_PRE is blocking; use emit_pre() so its errors propagate")
+        failures: list[HookFailure] = []
+        for handler in self.handlers(point):
+            try:
+                await _call(handler, {"point": point, **payload})
+            except Exception as exc:
+                name = _name(handler)
+                log.warning("%s hook %s failed: %s: %s", point, name, type(exc).__name__, exc)
+                failures.append(HookFailure(point, name, exc))
+        return failures
+
+
+def _point(point: HookPoint | str) -> HookPoint:
+    try:
+        return HookPoint(point)
+    except ValueError:
+        raise ValueError(
+            f"unknown hook point {point!r}; use one of {[p.value for p in HookPoint]}"
+        ) from None
+
+
+async def _call(handler: HookHandler, payload: dict[str, Any]) -> None:
+    result = handler(payload)
+    if inspect.isawaitable(result):
+        await result
+
+
+def _name(handler: Any) -> str:
+    return str(getattr(handler, "__qualname__", None) or repr(handler))

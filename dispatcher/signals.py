@@ -1,0 +1,48 @@
+"""Recorded signals: things a session's owner should know that are not call results."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+__all__ = ["CallbackFailed", "GateDenied", "HistoryWriteFailed", "Signal"]
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class GateDenied:
+    """The session gate refused a call (falsy result or an exception)."""
+
+    call_id: str
+    function: str
+    branch_id: str | None
+    reason: str
+    at: datetime = field(default_factory=_now)
+
+
+@dataclass(frozen=True, slots=True)
+class CallbackFailed:
+    """A hook handler, event observer or message callback raised; it was isolated (C5)."""
+
+    call_id: str | None
+    where: str  # "tool_post", "tool_error", "observer" or "on_message"
+    handler: str
+    error: str
+    at: datetime = field(default_factory=_now)
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryWriteFailed:
+    """Redis refused a history write; the in-memory history still holds the unit."""
+
+    call_id: str | None
+    branch_id: str | None
+    error: str
+    at: datetime = field(default_factory=_now)
+
+
+Signal = GateDenied | CallbackFailed | HistoryWriteFailed
+
