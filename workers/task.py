@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from celery import Celery, Task
+from celery import Celery, Task, signals
 from celery.exceptions import Ignore, SoftTimeLimitExceeded
 from pydantic import ValidationError
 
@@ -133,10 +133,17 @@ async def execute_async(
     propagates and leaves the started marker, so a redelivery applies the worker-lost rule.
     """
     msg = _parse(message)
+    host = hostname or _default_hostname()
     token = current_call.set(msg)
     try:
-        return await _execute(
-            msg, runtime, hostname or _default_hostname(), limit_s, cancel_is_final
+        return await _execute(msg, runtime, host, limit_s, cancel_is_final)
+    except asyncio.CancelledError as exc:
+        # Cancelled before the tool started (e.g. waiting on Redis): still record it.
+        if not cancel_is_final():
+            raise
+        store = runtime.async_store()
+        return await asyncio.shield(
+            _finish_failed(store, msg, None, exc, host, status=EventStatus.CANCELLED)
         )
     finally:
         current_call.reset(token)
@@ -251,16 +258,18 @@ async def _finish_failed(
     tool: Tool | None,
     exc: BaseException,
     hostname: str,
+    *,
+    status: EventStatus = EventStatus.FAILED,
 ) -> Outcome:
     result = CallResult(
         call_id=msg.call_id,
         function=msg.function,
-        event=failed_event(msg, tool, exc),
+        event=failed_event(msg, tool, exc, status=status),
         attempt=msg.attempt,
         worker=hostname,
     )
     await store.finish(result, msg.reply_to)
-    return Outcome(result, exc)
+    return Outcome(result, exc if status is EventStatus.FAILED else None)
 
 
 def failed_event(
@@ -324,6 +333,34 @@ def register_execute_task(app: Celery) -> Task:
         return to_celery(self, outcome)
 
     task: Task = execute
+
+    def record_revoked(sender: Any = None, request: Any = None, **_: Any) -> None:
+        # A revoked call never reaches execute() (or its process was killed mid-call):
+        # record it CANCELLED so its collector is not left waiting.
+        if getattr(sender, "name", None) != EXECUTE_TASK or getattr(sender, "app", None) is not app:
+            return
+        args = getattr(request, "args", None) or ()
+        if not args or not isinstance(args[0], dict):
+            return
+        try:
+            msg = CallMessage.model_validate(args[0])
+        except ValidationError:
+            return
+        runtime = runtime_for(app)
+        reg = runtime.registry
+        tool = reg.get(msg.function) if msg.function in reg else None
+        cancelled = asyncio.CancelledError(f"call {msg.call_id} was revoked")
+        result = CallResult(
+            call_id=msg.call_id,
+            function=msg.function,
+            event=failed_event(msg, tool, cancelled, status=EventStatus.CANCELLED),
+            attempt=msg.attempt,
+            worker=getattr(request, "hostname", None),
+        )
+        runtime.sync_store.finish_if_absent(result, msg.reply_to)
+
+    # No sender filter: @app.task returns a proxy whose identity differs from the task's.
+    signals.task_revoked.connect(record_revoked, weak=False)
     return task
 
 

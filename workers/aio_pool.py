@@ -1,0 +1,400 @@
+"""toolfleet's asyncio execution pool: one event-loop thread per worker process.
+
+Celery hands each message to :meth:`AsyncioPool.on_apply`; the pool runs the call's coroutine
+(:func:`workers.task.execute_async`) on its loop instead of Celery's blocking tracer, so
+thousands of async tools can wait at once. The pool stores results (when a backend is set) and
+fires Celery's callbacks itself, so acks_late, task events and Flower states work as with
+prefork. Select it with ``worker_pool = "workers.aio_pool:AsyncioPool"`` or
+``-P custom`` and ``CELERY_CUSTOM_WORKER_POOL=workers.aio_pool:AsyncioPool``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import redis.asyncio as aioredis
+from billiard.einfo import ExceptionInfo
+from billiard.exceptions import Terminated
+from celery import Celery
+from celery.concurrency.base import BasePool
+from celery.utils.saferepr import saferepr
+from kombu.serialization import loads as loads_message
+from kombu.serialization import prepare_accept_content
+
+from schemas.status import EventStatus
+from workers.keys import Keys
+from workers.task import Outcome, WorkerRuntime, execute_async, runtime_for
+
+__all__ = ["AsyncioPool", "CallHandle"]
+
+logger = logging.getLogger(__name__)
+
+# How long the pool waits for its loop thread to come up before the worker fails to start.
+_READY_TIMEOUT_S = 10.0
+# On cold shutdown, how long cancelled calls get to clean up before the loop stops.
+_CANCEL_GRACE_S = 5.0
+# Backoff between reconnects of the cancel-channel subscriber.
+_RESUBSCRIBE_DELAY_S = 1.0
+
+
+class CallHandle:
+    """What ``on_apply`` returns; Celery calls ``terminate()`` on revoke(terminate=True)."""
+
+    def __init__(self, pool: AsyncioPool, task_id: str) -> None:
+        self._pool = pool
+        self.task_id = task_id
+        self.future: concurrent.futures.Future[None] | None = None
+
+    def terminate(self, signal: Any = None) -> None:
+        self._pool.cancel_task(self.task_id)
+
+    def ready(self) -> bool:
+        return self.future is not None and self.future.done()
+
+
+class AsyncioPool(BasePool):
+    """A Celery pool whose concurrency is coroutines in flight on one loop thread."""
+
+    signal_safe = False
+    is_green = False
+    task_join_will_block = False
+    body_can_be_buffer = False
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        initargs: tuple[Any, ...] = tuple(self.options.get("initargs") or ())
+        self.app: Celery = initargs[0] if initargs else self.app
+        self.hostname: str | None = initargs[1] if len(initargs) > 1 else None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+        self._start_error: BaseException | None = None
+        self._slots: asyncio.Semaphore | None = None
+        # Every running call, by task id and by call id: the pool owns them all.
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._by_call: dict[str, str] = {}
+        self._user_cancelled: set[str] = set()
+        self._shutting_down = False
+        self._subscriber: asyncio.Task[None] | None = None
+        # Celery callbacks (acks, events, backend writes) block on I/O: run them off the
+        # loop, in order, on one thread.
+        self._callbacks = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="toolfleet-callbacks"
+        )
+        self._accept = prepare_accept_content(self.app.conf.accept_content)
+        self._runtime: WorkerRuntime | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def on_start(self) -> None:
+        self._runtime = runtime_for(self.app)
+        self._thread = threading.Thread(
+            target=self._run_loop, name="toolfleet-asyncio-pool", daemon=True
+        )
+        self._thread.start()
+        if not self._ready.wait(_READY_TIMEOUT_S):
+            raise RuntimeError(
+                f"the asyncio pool's event loop did not start within {_READY_TIMEOUT_S:g}s"
+            )
+        if self._start_error is not None:
+            raise RuntimeError(f"the asyncio pool failed to start: {self._start_error!r}")
+
+    def _run_loop(self) -> None:
+        try:
+            loop = asyncio.new_event_loop()
+            asyncio.set_event_loop(loop)
+            self._loop = loop
+            self._slots = asyncio.Semaphore(self.limit or 1)
+            self._subscriber = loop.create_task(self._subscribe_cancels())
+        except BaseException as exc:
+            self._start_error = exc
+            self._ready.set()
+            raise
+        loop.call_soon(self._ready.set)
+        try:
+            loop.run_forever()
+        finally:
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
+
+    def on_stop(self) -> None:
+        """Warm shutdown: let running calls finish, then stop the loop."""
+        self._stop_loop(cancel=False)
+
+    def on_terminate(self) -> None:
+        """Cold shutdown: cancel running calls, wait for their cleanup, stop the loop."""
+        self._stop_loop(cancel=True)
+
+    def on_close(self) -> None:
+        pass
+
+    def restart(self) -> None:
+        pass  # nothing to restart: the loop thread lives as long as the worker
+
+    def terminate_job(self, pid: int, signal: Any = None) -> None:
+        # Every call shares this process's pid; cancellation goes through CallHandle.terminate.
+        pass
+
+    def _stop_loop(self, *, cancel: bool) -> None:
+        loop = self._loop
+        if loop is None or loop.is_closed() or self._shutting_down:
+            return
+        self._shutting_down = True
+        future = asyncio.run_coroutine_threadsafe(self._drain(cancel=cancel), loop)
+        try:
+            future.result()
+        except (concurrent.futures.CancelledError, RuntimeError):
+            pass
+        loop.call_soon_threadsafe(loop.stop)
+        if self._thread is not None:
+            self._thread.join(_CANCEL_GRACE_S)
+        self._callbacks.shutdown(wait=True)
+
+    async def _drain(self, *, cancel: bool) -> None:
+        if self._subscriber is not None:
+            self._subscriber.cancel()
+        tasks = list(self._tasks.values())
+        if cancel:
+            for task in tasks:
+                task.cancel()
+            if tasks:
+                await asyncio.wait(tasks, timeout=_CANCEL_GRACE_S)
+        elif tasks:
+            await asyncio.wait(tasks)
+        if self._runtime is not None:
+            await self._runtime.async_store().aclose()
+
+    # -- applying tasks -------------------------------------------------------------------------
+
+    def on_apply(
+        self,
+        target: Any,
+        args: Any = None,
+        kwargs: Any = None,
+        callback: Callable[..., Any] | None = None,
+        accept_callback: Callable[..., Any] | None = None,
+        timeout_callback: Callable[..., Any] | None = None,
+        error_callback: Callable[..., Any] | None = None,
+        soft_timeout: float | None = None,
+        timeout: float | None = None,
+        correlation_id: str | None = None,
+        **_: Any,
+    ) -> CallHandle:
+        loop = self._loop
+        if loop is None:
+            raise RuntimeError("the asyncio pool received a task before it started")
+        _task_name, task_id, request_dict, body, content_type, content_encoding = args
+        handle = CallHandle(self, task_id)
+        handle.future = asyncio.run_coroutine_threadsafe(
+            self._spawn(
+                task_id,
+                body,
+                content_type,
+                content_encoding,
+                request_dict,
+                callback=callback,
+                accept_callback=accept_callback,
+                error_callback=error_callback,
+                limit_s=soft_timeout or timeout,
+            ),
+            loop,
+        )
+        return handle
+
+    async def _spawn(self, task_id: str, *args: Any, **kwargs: Any) -> None:
+        # A named asyncio.Task the pool holds, so cancel-by-id and shutdown can reach it.
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks[task_id] = task
+        try:
+            await self._run(task_id, *args, **kwargs)
+        finally:
+            self._tasks.pop(task_id, None)
+            self._user_cancelled.discard(task_id)
+
+    async def _run(
+        self,
+        task_id: str,
+        body: Any,
+        content_type: str,
+        content_encoding: str,
+        request_dict: dict[str, Any],
+        *,
+        callback: Callable[..., Any] | None,
+        accept_callback: Callable[..., Any] | None,
+        error_callback: Callable[..., Any] | None,
+        limit_s: float | None,
+    ) -> None:
+        assert self._slots is not None and self._runtime is not None
+        async with self._slots:
+            if accept_callback is not None:
+                self._callbacks.submit(_quiet(accept_callback), os.getpid(), time.monotonic())
+            started = time.monotonic()
+            call_id: str | None = None
+            try:
+                args, _kwargs, _embed = loads_message(
+                    body, content_type, content_encoding, accept=self._accept
+                )
+                message = args[0]
+                call_id = str(message.get("call_id")) if isinstance(message, dict) else None
+                if call_id:
+                    self._by_call[call_id] = task_id
+                outcome = await execute_async(
+                    message,
+                    runtime=self._runtime,
+                    hostname=self.hostname or request_dict.get("hostname"),
+                    limit_s=limit_s,
+                    cancel_is_final=lambda: task_id in self._user_cancelled,
+                )
+            except asyncio.CancelledError:
+                if task_id not in self._user_cancelled:
+                    raise  # shutdown: unacked, so the broker redelivers it
+                self._report_cancelled(task_id, callback, started)
+                return
+            except Exception as exc:
+                # Not a tool failure (those are data): the message itself was unusable.
+                self._report_failure(task_id, exc, callback, started)
+                return
+            finally:
+                if call_id:
+                    self._by_call.pop(call_id, None)
+            self._report(task_id, outcome, callback, started)
+
+    # -- reporting to Celery --------------------------------------------------------------------
+
+    def _report(
+        self,
+        task_id: str,
+        outcome: Outcome,
+        callback: Callable[..., Any] | None,
+        started: float,
+    ) -> None:
+        if outcome.status is EventStatus.FAILED:
+            error = outcome.error or RuntimeError("call failed")
+            self._report_failure(task_id, error, callback, started)
+        elif outcome.status is EventStatus.CANCELLED:
+            self._report_cancelled(task_id, callback, started)
+        else:
+            retval = outcome.result.model_dump(mode="json")
+            runtime_s = time.monotonic() - started
+            self._callbacks.submit(_quiet(self._succeed), task_id, retval, runtime_s, callback)
+
+    def _succeed(
+        self, task_id: str, retval: Any, runtime_s: float, callback: Callable[..., Any] | None
+    ) -> None:
+        backend = self.app.backend
+        if not self.app.conf.task_ignore_result:
+            backend.mark_as_done(task_id, retval, request=None)
+        if callback is not None:
+            callback((0, saferepr(retval), runtime_s))
+
+    def _report_failure(
+        self,
+        task_id: str,
+        error: BaseException,
+        callback: Callable[..., Any] | None,
+        started: float,
+    ) -> None:
+        einfo = _exception_info(error)
+        runtime_s = time.monotonic() - started
+        self._callbacks.submit(_quiet(self._fail), task_id, error, einfo, runtime_s, callback)
+
+    def _fail(
+        self,
+        task_id: str,
+        error: BaseException,
+        einfo: ExceptionInfo,
+        runtime_s: float,
+        callback: Callable[..., Any] | None,
+    ) -> None:
+        if not self.app.conf.task_ignore_result:
+            self.app.backend.mark_as_failure(
+                task_id, error, traceback=einfo.traceback, request=None, call_errbacks=False
+            )
+        if callback is not None:
+            # (failed, ExceptionInfo, runtime): Request.on_success routes it to on_failure,
+            # which acks (acks_late) and sends task-failed with the exception's repr.
+            callback((1, einfo, runtime_s))
+
+    def _report_cancelled(
+        self, task_id: str, callback: Callable[..., Any] | None, started: float
+    ) -> None:
+        # Terminated makes Request.on_failure announce the task revoked: Flower shows REVOKED.
+        einfo = _exception_info(Terminated(f"call {task_id} was cancelled"))
+        runtime_s = time.monotonic() - started
+        if callback is not None:
+            self._callbacks.submit(_quiet(callback), (1, einfo, runtime_s))
+
+    # -- cancellation ---------------------------------------------------------------------------
+
+    def cancel_task(self, task_id: str) -> None:
+        """Cancel one running call (thread-safe); its record ends CANCELLED."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        loop.call_soon_threadsafe(self._cancel_on_loop, task_id)
+
+    def _cancel_on_loop(self, task_id: str) -> None:
+        task = self._tasks.get(task_id)
+        if task is not None and not task.done():
+            self._user_cancelled.add(task_id)
+            task.cancel()
+
+    async def _subscribe_cancels(self) -> None:
+        """C9: cancel running calls whose call id arrives on Keys.cancel_channel()."""
+        assert self._runtime is not None
+        channel = Keys(self._runtime.settings.key_prefix).cancel_channel()
+        while True:
+            client = aioredis.Redis.from_url(self._runtime.redis_url)
+            try:
+                async with client.pubsub() as pubsub:
+                    await pubsub.subscribe(channel)
+                    async for item in pubsub.listen():
+                        if item.get("type") != "message":
+                            continue
+                        data = item.get("data")
+                        call_id = data.decode() if isinstance(data, bytes) else str(data)
+                        task_id = self._by_call.get(call_id, call_id)
+                        self._cancel_on_loop(task_id)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                logger.warning("cancel-channel subscriber lost its connection: %r", exc)
+                await asyncio.sleep(_RESUBSCRIBE_DELAY_S)
+            finally:
+                await client.aclose()
+
+    def _get_info(self) -> dict[str, Any]:
+        info = super()._get_info()
+        info["running"] = len(self._tasks)
+        return info
+
+    @property
+    def num_processes(self) -> int:
+        return 1
+
+
+def _exception_info(error: BaseException) -> ExceptionInfo:
+    try:
+        raise error
+    except BaseException:
+        return ExceptionInfo()
+
+
+def _quiet(func: Callable[..., Any]) -> Callable[..., None]:
+    """Run a callback, logging (not losing) its exception: the executor would swallow it."""
+
+    def run(*args: Any) -> None:
+        try:
+            func(*args)
+        except Exception:
+            logger.exception("toolfleet asyncio pool: callback %r failed", func)
+
+    return run
