@@ -18,7 +18,7 @@ DEFAULT_ASYNC_CONCURRENCY = 500
 SYNC_PROCESSES_PER_CPU = 4
 SYNC_MAX_DEFAULT = 64
 
-_EPILOG = """\
+_EPILOG_TEMPLATE = """\
 defaults:
   --kind sync   prefork pool on the sync queue ({sq}); --concurrency defaults to
                 {per} processes per CPU, at most {mx} (here {here}), because blocking
@@ -40,7 +40,8 @@ examples:
 
 Tool modules are imported from the current directory or PYTHONPATH. SIGTERM is a warm
 shutdown: running calls finish (or are requeued) before the worker exits.
-""".format(
+"""
+_EPILOG = _EPILOG_TEMPLATE.format(
     sq=Settings().sync_queue,
     aq=Settings().async_queue,
     per=SYNC_PROCESSES_PER_CPU,
@@ -83,7 +84,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     parser.add_argument(
         "--tools",
         default=None,
-        help=f"comma-separated tool modules to import (overrides {env}TOOLS)",
+        help=f"comma-separated tool modules to import (overrides {ENV_PREFIX}TOOLS)",
     )
     parser.add_argument("--loglevel", "-l", default="INFO", help="Celery log level (INFO)")
     parser.add_argument(
@@ -102,8 +103,8 @@ def _main(args: argparse.Namespace) -> int:
     settings = Settings.from_env(**overrides)
     if settings.broker_url is None:
         print(
-            f"toolfleet worker: {env}BROKER_URL is not set; set it to the fleet's Redis "
-            f"(e.g. export {env}BROKER_URL=redis://127.0.0.1:6379/0)",
+            f"toolfleet worker: {ENV_PREFIX}BROKER_URL is not set; set it to the fleet's Redis "
+            f"(e.g. export {ENV_PREFIX}BROKER_URL=redis://127.0.0.1:6379/0)",
             file=sys.stderr,
         )
         return 2
