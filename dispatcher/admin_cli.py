@@ -1,12 +1,269 @@
-"""Placeholder: the owning issue replaces this module with its subcommands."""
+"""``toolfleet status`` (workers, queues, calls in flight) and ``toolfleet history BRANCH_ID``.
+
+Both read the fleet ``TOOLFLEET_BROKER_URL`` names; when it is unset they read the embedded
+default: a fleet running now (a ``toolfleet run`` or ``demo`` in progress) or, for history,
+the data the embedded Redis saved when the last one stopped.
+"""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
+import json
+import sys
+from collections.abc import Iterator
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
-__all__ = ["register"]
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from schemas.errors import ConfigurationError
+from workers.settings import ENV_PREFIX, Settings
+
+__all__ = ["fleet_status", "load_history", "mask_url", "register"]
+
+EXIT_NOT_FOUND = 1
+
+_STATUS_EPILOG = """\
+Examples:
+  toolfleet status
+  toolfleet status --json
+  TOOLFLEET_BROKER_URL=redis://redis:6379/0 toolfleet status --timeout 2
+
+Without TOOLFLEET_BROKER_URL it inspects the embedded fleet of a `toolfleet run` or
+`toolfleet demo` running now. Exit codes: 0 shown; 2 no fleet to inspect or a bad setting.
+"""
+
+_HISTORY_EPILOG = """\
+Examples:
+  toolfleet history 3f2c1a9e-5b7d-4c1e-9a55-0d6f3b2e8c41
+  toolfleet history 3f2c1a9e-5b7d-4c1e-9a55-0d6f3b2e8c41 --json
+
+`toolfleet run` and `toolfleet demo` print the branch id of their batch. Without
+TOOLFLEET_BROKER_URL the history comes from the embedded default's saved data.
+Exit codes: 0 shown; 1 no history stored under BRANCH_ID; 2 a bad setting.
+"""
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
-    """Add this module's subcommands to the ``toolfleet`` parser."""
+    """Add ``toolfleet status`` and ``toolfleet history`` to the ``toolfleet`` parser."""
+    status = subparsers.add_parser(
+        "status",
+        help="workers online, queue depths and calls in flight",
+        description="Show the fleet's workers (and the calls each is running), the depth of "
+        "the sync and async queues, and the calls in flight.",
+        epilog=_STATUS_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    status.add_argument(
+        "--timeout",
+        type=float,
+        default=1.0,
+        metavar="SECONDS",
+        help="how long to wait for workers to answer (default 1.0)",
+    )
+    status.add_argument("--json", action="store_true", help="print one JSON object")
+    status.set_defaults(func=_status)
+
+    history = subparsers.add_parser(
+        "history",
+        help="a branch's stored history: each call's request and response, in order",
+        description="Show the ActionRequest/ActionResponse messages stored for BRANCH_ID, "
+        "in the order they were written.",
+        epilog=_HISTORY_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    history.add_argument("branch_id", metavar="BRANCH_ID")
+    history.add_argument(
+        "--json", action="store_true", help="print {branch_id, messages, events} as JSON"
+    )
+    history.set_defaults(func=_history)
+
+
+def mask_url(url: str) -> str:
+    """``url`` with its password replaced by ``***``, for printing."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)[1]
+    user = parts.username or ""
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc}"))
+
+
+@contextlib.contextmanager
+def _fleet_settings(*, start_saved: bool) -> Iterator[tuple[Settings, str]]:
+    """Settings with a broker URL, and a description of where it came from."""
+    from dispatcher.embedded import EmbeddedRedis, live_fleets, run_dir
+
+    settings = Settings.from_env()
+    if settings.broker_url:
+        yield settings, ENV_PREFIX + "BROKER_URL"
+        return
+    for pid, url in live_fleets(settings):
+        yield settings.model_copy(update={"broker_url": url}), f"the embedded fleet of pid {pid}"
+        return
+    if not start_saved:
+        raise ConfigurationError(
+            f"no fleet to inspect: {ENV_PREFIX}BROKER_URL is unset and no embedded fleet is "
+            f"running; set {ENV_PREFIX}BROKER_URL=redis://host:6379/0 (or run `toolfleet demo`)"
+        )
+    home = run_dir(settings)
+    saved = EmbeddedRedis(
+        run_dir=home / "run" / "history", data_dir=home / "embedded", save_on_stop=False
+    )
+    url = saved.start()
+    try:
+        if not saved.persistent:
+            raise ConfigurationError(
+                f"the embedded default's saved data in {home / 'embedded'} is in use by "
+                f"another toolfleet process; retry when it ends, or set {ENV_PREFIX}BROKER_URL"
+            )
+        yield settings.model_copy(update={"broker_url": url}), f"saved data in {home}"
+    finally:
+        saved.stop()
+
+
+# -- status ----------------------------------------------------------------------------------
+
+
+def fleet_status(settings: Settings, *, timeout_s: float) -> dict[str, Any]:
+    """Workers online (with their running calls), queue depths and calls in flight."""
+    import redis
+
+    from workers.app import create_app, redis_url_of
+    from workers.keys import Keys
+
+    app = create_app(settings)
+    try:
+        active: dict[str, list[dict[str, Any]]] = (
+            app.control.inspect(timeout=timeout_s).active() or {}
+        )
+        client = redis.Redis.from_url(redis_url_of(app))
+        try:
+            queues = {
+                queue: sum(int(client.llen(key)) for key in client.scan_iter(match=f"{queue}*"))
+                for queue in (settings.sync_queue, settings.async_queue)
+            }
+            started = Keys(settings.key_prefix).started("*")
+            in_flight = sum(1 for _ in client.scan_iter(match=started, count=1000))
+            unacked = int(client.hlen("unacked"))
+        finally:
+            client.close()
+    finally:
+        app.close()
+    workers = [
+        {
+            "hostname": hostname,
+            "active": len(tasks),
+            "tools": sorted({str(t.get("name", "?")) for t in tasks}),
+        }
+        for hostname, tasks in sorted(active.items())
+    ]
+    return {
+        "workers": workers,
+        "queues": queues,
+        "in_flight": in_flight,
+        "delivered_unacked": unacked,
+    }
+
+
+def _status(args: argparse.Namespace) -> int:
+    with _fleet_settings(start_saved=False) as (settings, source):
+        status = fleet_status(settings, timeout_s=args.timeout)
+    status["broker"] = mask_url(str(settings.broker_url))
+    status["source"] = source
+    if args.json:
+        print(json.dumps(status))
+        return 0
+    out = Console()
+    out.print(f"broker {status['broker']} (from {source})")
+    workers = Table(title=f"workers online: {len(status['workers'])}", header_style="bold")
+    for column in ("worker", "running calls", "tasks"):
+        workers.add_column(column)
+    for worker in status["workers"]:
+        workers.add_row(worker["hostname"], str(worker["active"]), ", ".join(worker["tools"]))
+    out.print(workers)
+    queues = Table(title="queues", header_style="bold")
+    queues.add_column("queue")
+    queues.add_column("waiting", justify="right")
+    for queue, depth in status["queues"].items():
+        queues.add_row(queue, str(depth))
+    out.print(queues)
+    out.print(
+        f"calls in flight: {status['in_flight']} running, "
+        f"{status['delivered_unacked']} delivered to workers and not yet acknowledged"
+    )
+    return 0
+
+
+# -- history ---------------------------------------------------------------------------------
+
+
+def load_history(settings: Settings, branch_id: str) -> tuple[list[Any], list[dict[str, Any]]]:
+    """The messages and event records stored for ``branch_id``, in written order."""
+    import redis.asyncio as aioredis
+
+    from dispatcher.history import load_records
+    from workers.app import create_app, redis_url_of
+    from workers.keys import Keys
+
+    app = create_app(settings)
+    url = redis_url_of(app)
+    app.close()
+
+    async def load() -> tuple[list[Any], list[dict[str, Any]]]:
+        client = aioredis.Redis.from_url(url)
+        try:
+            messages, events = await load_records(client, Keys(settings.key_prefix), branch_id)
+        finally:
+            await client.aclose()
+        return list(messages), events
+
+    return asyncio.run(load())
+
+
+def _history(args: argparse.Namespace) -> int:
+    with _fleet_settings(start_saved=True) as (settings, source):
+        messages, events = load_history(settings, args.branch_id)
+    if not messages and not events:
+        print(
+            f"toolfleet history: no history stored for branch {args.branch_id!r} (looked in "
+            f"{source}); check the id printed by `toolfleet run`, and {ENV_PREFIX}BROKER_URL",
+            file=sys.stderr,
+        )
+        return EXIT_NOT_FOUND
+    if args.json:
+        payload = {
+            "branch_id": args.branch_id,
+            "messages": [m.model_dump(mode="json") for m in messages],
+            "events": events,
+        }
+        print(json.dumps(payload, default=str))
+        return 0
+    out = Console()
+    table = Table(
+        title=f"branch {args.branch_id}: {len(messages)} messages, {len(events)} events",
+        header_style="bold",
+    )
+    for column in ("#", "time", "message", "function", "arguments / output"):
+        table.add_column(column, overflow="fold")
+    for number, message in enumerate(messages, start=1):
+        content = message.content
+        if message.role == "action_request":
+            detail = Text(json.dumps(content.arguments, default=str))
+        elif content.error is not None:
+            detail = Text(f"error: {content.error}", style="red")
+        else:
+            detail = Text(json.dumps(content.output, default=str))
+        table.add_row(
+            str(number),
+            message.created_at.strftime("%H:%M:%S.%f")[:-3],
+            message.role.removeprefix("action_"),
+            content.function,
+            detail,
+        )
+    out.print(table)
+    return 0

@@ -146,6 +146,8 @@ class EmbeddedRedis:
     run_dir: Path
     data_dir: Path | None = None
     ready_timeout_s: float = 10.0
+    # False for a reader (``toolfleet history``) that must not rewrite the saved data.
+    save_on_stop: bool = True
     url: str = ""
     persistent: bool = False
     _proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
@@ -234,7 +236,7 @@ class EmbeddedRedis:
         """Save (when persistent) and stop the server; idempotent."""
         proc, self._proc = self._proc, None
         if proc is not None and proc.poll() is None and self.url:
-            if self.persistent:
+            if self.persistent and self.save_on_stop:
                 with contextlib.suppress(redis.RedisError):
                     client = redis.Redis.from_url(self.url, socket_timeout=5.0)
                     client.shutdown(save=True)
