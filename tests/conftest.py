@@ -12,6 +12,10 @@ from collections.abc import Iterator
 
 import pytest
 import redis
+from celery import Celery
+
+from workers.app import create_app
+from workers.settings import Settings
 
 REDIS_HOST = os.environ.get("TOOLFLEET_TEST_REDIS_HOST", "127.0.0.1")
 REDIS_PORT = int(os.environ.get("TOOLFLEET_TEST_REDIS_PORT", "6379"))
@@ -86,3 +90,42 @@ def redis_client(redis_db: int) -> Iterator[redis.Redis]:
     client = redis.Redis(host=REDIS_HOST, port=REDIS_PORT, db=redis_db)
     yield client
     client.close()
+
+
+# --- worker fixtures (issue 3): real `toolfleet worker` processes on the session's Redis DB ---
+
+from tests.fleet import WorkerProcess, start_worker  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def fleet_settings(redis_url: str) -> Settings:
+    """Settings for the session's DB; Celery results are stored too, so tests can read
+    ``AsyncResult(call_id).state`` as well as the call record."""
+    return Settings(broker_url=redis_url, result_backend=redis_url, tools=("tests.sample_tools",))
+
+
+@pytest.fixture(scope="session")
+def celery_app(fleet_settings: Settings) -> Iterator[Celery]:
+    app = create_app(fleet_settings)
+    yield app
+    app.close()
+
+
+def _worker_env(settings: Settings) -> dict[str, str]:
+    return {"TOOLFLEET_RESULT_BACKEND": settings.result_backend or ""}
+
+
+@pytest.fixture(scope="session")
+def sync_worker(fleet_settings: Settings, redis_url: str) -> Iterator[WorkerProcess]:
+    """One prefork worker (concurrency 4) on the sync queue, shared by the session."""
+    worker = start_worker("sync", redis_url=redis_url, env=_worker_env(fleet_settings))
+    yield worker
+    worker.stop()
+
+
+@pytest.fixture(scope="session")
+def async_worker(fleet_settings: Settings, redis_url: str) -> Iterator[WorkerProcess]:
+    """One asyncio-pool worker (500 coroutines in flight) on the async queue."""
+    worker = start_worker("async", redis_url=redis_url, env=_worker_env(fleet_settings))
+    yield worker
+    worker.stop()
