@@ -28,7 +28,7 @@ class Execution:
     ) -> None:
         self.duration = duration
         self.response = response
-        self.status = status
+        self.status = EventStatus(status)
         self.error = error
         self.retryable = retryable
 
@@ -48,7 +48,7 @@ class Execution:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "status": self.status.value,
+            "status": EventStatus(self.status).value,
             "duration": self.duration,
             "response": to_jsonable(self.response),
             "error": _error_to_jsonable(self.error),
@@ -69,7 +69,7 @@ class Execution:
 
     def __repr__(self) -> str:
         return (
-            f"Execution(status={self.status.value!r}, duration={self.duration!r}, "
+            f"Execution(status={EventStatus(self.status).value!r}, duration={self.duration!r}, "
             f"response={self.response!r}, error={self.error!r})"
         )
 
@@ -81,9 +81,7 @@ def _error_to_jsonable(error: str | BaseException | None) -> Any:
     if isinstance(error, BaseExceptionGroup):
         # A group raised by a tool itself is not capped by add_error; cap what is stored.
         # Its message still says how many members it had.
-        described["exceptions"] = [
-            _error_to_jsonable(e) for e in error.exceptions[-MAX_ERRORS:]
-        ]
+        described["exceptions"] = [_error_to_jsonable(e) for e in error.exceptions[-MAX_ERRORS:]]
     return described
 
 

@@ -65,8 +65,17 @@ class Tool(BaseModel):
             )
         if not data.get("function"):
             data["function"] = _callable_name(func)
-        if data.get("kind") is None:
-            data["kind"] = callable_kind(func)
+        declared = callable_kind(func)
+        kind = data.get("kind")
+        if kind is None:
+            data["kind"] = declared
+        elif kind != declared:
+            # kind picks the queue: a sync tool on the asyncio pool would block its loop,
+            # and FunctionCalling awaits by declaration anyway (C6).
+            raise ValueError(
+                f"kind={kind!r} contradicts the callable's declaration ({declared}); "
+                f"leave kind unset or declare the callable `async def`"
+            )
         timeout_s = data.get("timeout_s")
         if timeout_s is not None and not timeout_s > 0:
             raise ValueError(

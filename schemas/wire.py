@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from schemas.execution import Execution
 from schemas.status import EventStatus
@@ -22,9 +22,16 @@ class CallMessage(BaseModel):
     function: str
     arguments: dict[str, Any] = Field(default_factory=dict)
     timeout_s: float | None = None
-    attempt: int = 0
+    attempt: int = Field(default=0, ge=0)
     # Redis list the worker pushes the CallResult onto, so a collector never polls.
     reply_to: str | None = None
+
+    @field_validator("timeout_s")
+    @classmethod
+    def _positive_seconds(cls, value: float | None) -> float | None:
+        if value is not None and not value > 0:
+            raise ValueError(f"must be a positive number of seconds or None, got {value!r}")
+        return value
 
 
 class CallResult(BaseModel):
@@ -36,8 +43,27 @@ class CallResult(BaseModel):
     function: str
     # FunctionCalling.to_dict(): id, created_at, execution, function, redacted arguments.
     event: dict[str, Any]
-    attempt: int = 0
+    attempt: int = Field(default=0, ge=0)
     worker: str | None = None
+
+    @field_validator("event")
+    @classmethod
+    def _has_execution(cls, event: dict[str, Any]) -> dict[str, Any]:
+        # Fail when a record is read, not later with a KeyError in .status.
+        execution = event.get("execution")
+        if not isinstance(execution, dict):
+            raise ValueError(
+                f"event must hold an 'execution' dict (FunctionCalling.to_dict()), "
+                f"got {type(execution).__name__}"
+            )
+        status: Any = execution.get("status")
+        try:
+            EventStatus(status)
+        except (ValueError, TypeError):
+            raise ValueError(
+                f"event execution status {status!r} is not one of {[s.value for s in EventStatus]}"
+            ) from None
+        return event
 
     @property
     def execution(self) -> dict[str, Any]:

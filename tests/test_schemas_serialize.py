@@ -198,3 +198,9 @@ def test_to_jsonable_output_is_always_strict_json(value: Any) -> None:
 @given(_json_values)
 def test_to_jsonable_leaves_json_data_unchanged(value: Any) -> None:
     assert to_jsonable(value) == value
+
+
+def test_execution_accepts_plain_status_string() -> None:
+    execution = Execution(status="failed")  # type: ignore[arg-type]
+    assert execution.status is EventStatus.FAILED
+    assert execution.to_dict()["status"] == "failed"

@@ -115,6 +115,13 @@ def test_function_name_defaults_to_unwrapped_callable_name() -> None:
     assert Tool(func_callable=_sync_fn, function="add").function == "add"
 
 
+@pytest.mark.parametrize(("func", "kind"), [(_sync_fn, "async"), (_async_fn, "sync")])
+def test_explicit_kind_contradicting_declaration_is_rejected(func: Any, kind: str) -> None:
+    with pytest.raises(ValidationError, match=f"kind='{kind}' contradicts"):
+        Tool(func_callable=func, kind=kind)
+    assert Tool(func_callable=func, kind=callable_kind(func)).kind == callable_kind(func)
+
+
 def test_non_callable_is_rejected_naming_the_value() -> None:
     with pytest.raises(ValidationError, match="func_callable must be a callable, got 42"):
         Tool(func_callable=42)

@@ -90,6 +90,22 @@ def test_call_result_round_trips_through_json_for_failed_call() -> None:
     assert rebuilt.to_execution().error == "ZeroDivisionError: division by zero"
 
 
+@pytest.mark.parametrize(
+    "event",
+    [{}, {"execution": None}, {"execution": {"status": "done"}}, {"execution": {}}],
+    ids=["no-execution", "execution-none", "unknown-status", "no-status"],
+)
+def test_call_result_rejects_event_without_valid_execution(event: dict[str, object]) -> None:
+    with pytest.raises(ValidationError, match="event"):
+        CallResult(call_id="c", function="f", event=event)
+
+
+@pytest.mark.parametrize(("field", "value"), [("timeout_s", 0), ("timeout_s", -1), ("attempt", -1)])
+def test_call_message_rejects_bad_numbers(field: str, value: float) -> None:
+    with pytest.raises(ValidationError, match=field):
+        CallMessage.model_validate({"call_id": "c", "function": "f", field: value})
+
+
 # -- messages ----------------------------------------------------------------------------
 
 
