@@ -7,7 +7,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 __all__ = ["Tool", "ToolKind", "callable_kind", "is_coro_func"]
 
@@ -76,17 +76,22 @@ class Tool(BaseModel):
                 f"kind={kind!r} contradicts the callable's declaration ({declared}); "
                 f"leave kind unset or declare the callable `async def`"
             )
-        timeout_s = data.get("timeout_s")
-        if timeout_s is not None and not timeout_s > 0:
-            raise ValueError(
-                f"timeout_s must be a positive number of seconds or None, got {timeout_s!r}"
-            )
         secret_args = data.get("secret_args") or ()
         # A bare name is one argument, not the set of its characters (which redacts nothing).
         if isinstance(secret_args, str):
             secret_args = (secret_args,)
         data["secret_args"] = frozenset(secret_args)
         return data
+
+    @field_validator("timeout_s")
+    @classmethod
+    def _positive_timeout(cls, timeout_s: float | None) -> float | None:
+        # After coercion, so "5" is 5.0 and "soon" is a ValidationError, not a TypeError.
+        if timeout_s is not None and not timeout_s > 0:
+            raise ValueError(
+                f"timeout_s must be a positive number of seconds or None, got {timeout_s!r}"
+            )
+        return timeout_s
 
     @property
     def required_fields(self) -> frozenset[str]:

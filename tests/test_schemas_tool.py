@@ -133,6 +133,12 @@ def test_non_positive_timeout_s_is_rejected(timeout_s: float) -> None:
         Tool(func_callable=_sync_fn, timeout_s=timeout_s)
 
 
+def test_timeout_s_is_coerced_before_its_check() -> None:
+    assert Tool(func_callable=_sync_fn, timeout_s="2.5").timeout_s == 2.5
+    with pytest.raises(ValidationError, match="timeout_s"):
+        Tool(func_callable=_sync_fn, timeout_s="soon")
+
+
 def test_tool_is_frozen() -> None:
     tool = Tool(func_callable=_sync_fn)
     with pytest.raises(ValidationError):
