@@ -12,14 +12,28 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
+import redis
 from celery import Celery
 
+from schemas.tool import Tool
+from schemas.wire import CallMessage, CallResult
 from workers.app import create_app
+from workers.publish import publish_calls
+from workers.registry import Registry
+from workers.registry import registry as default_registry
 from workers.settings import Settings
 
-__all__ = ["REPO_ROOT", "WorkerProcess", "start_worker", "wait_for"]
+__all__ = [
+    "REPO_ROOT",
+    "WorkerProcess",
+    "collect_replies",
+    "make_call",
+    "run_calls",
+    "start_worker",
+    "wait_for",
+]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 T = TypeVar("T")
@@ -171,3 +185,75 @@ def _ready(worker: WorkerProcess) -> bool:
     return worker.ping()
 
 
+def make_call(
+    function: str,
+    arguments: dict[str, Any] | None = None,
+    *,
+    reply_to: str | None = None,
+    call_id: str | None = None,
+    attempt: int = 0,
+    timeout_s: float | None = None,
+) -> CallMessage:
+    """A CallMessage with a fresh call_id (uuid4)."""
+    return CallMessage(
+        call_id=call_id or str(uuid.uuid4()),
+        function=function,
+        arguments=arguments or {},
+        reply_to=reply_to,
+        attempt=attempt,
+        timeout_s=timeout_s,
+    )
+
+
+def collect_replies(
+    client: redis.Redis, reply_to: str, count: int, *, timeout_s: float
+) -> list[CallResult]:
+    """BLPOP ``count`` CallResults from ``reply_to``; fail after ``timeout_s`` overall."""
+    results: list[CallResult] = []
+    deadline = time.monotonic() + timeout_s
+    while len(results) < count:
+        left_s = deadline - time.monotonic()
+        if left_s <= 0:
+            raise TimeoutError(
+                f"only {len(results)} of {count} results arrived on {reply_to} "
+                f"within {timeout_s:g}s"
+            )
+        item: Any = client.blpop([reply_to], timeout=max(0.1, min(left_s, 1.0)))
+        if item is not None:
+            results.append(CallResult.model_validate_json(item[1]))
+    return results
+
+
+def run_calls(
+    app: Celery,
+    client: redis.Redis,
+    calls: Sequence[tuple[str, dict[str, Any]]],
+    *,
+    registry: Registry | None = None,
+    timeout_s: float = 30.0,
+) -> list[CallResult]:
+    """Publish ``(function, arguments)`` calls and return their results in input order.
+
+    A function missing from ``registry`` is published to the sync queue as if it were a
+    sync tool, so a worker can be asked for a tool it does not have.
+    """
+    reg = registry or default_registry
+    reply_to = f"toolfleet:reply:test-{uuid.uuid4().hex}"
+    batch: list[tuple[CallMessage, Tool]] = []
+    for function, arguments in calls:
+        message = make_call(function, arguments, reply_to=reply_to)
+        tool = (
+            reg.get(function)
+            if function in reg
+            else Tool(func_callable=_missing, function=function)
+        )
+        batch.append((message, tool))
+    publish_calls(app, batch)
+    by_id = {
+        r.call_id: r for r in collect_replies(client, reply_to, len(batch), timeout_s=timeout_s)
+    }
+    return [by_id[m.call_id] for m, _ in batch]
+
+
+def _missing(**_: Any) -> None:
+    raise AssertionError("a stand-in for a tool the worker does not know; never called")

@@ -40,7 +40,8 @@ def create_app(settings: Settings, *, registry: Registry = registry) -> Celery:
         result_backend=settings.result_backend,
         # No backend: Celery keeps nothing; the record under Keys.event(call_id) is the result.
         task_ignore_result=settings.result_backend is None,
-        result_extended=settings.result_backend is not None,
+        # Not extended: it would store the raw args (secrets included) next to the result.
+        result_extended=False,
         task_serializer="json",
         result_serializer="json",
         event_serializer="json",
@@ -65,6 +66,9 @@ def create_app(settings: Settings, *, registry: Registry = registry) -> Celery:
     from workers.task import register_execute_task  # the task module needs the app helpers
 
     register_execute_task(app)
+    from workers.batch import register_execute_many_task  # opt-in batching (issue 8)
+
+    register_execute_many_task(app)
     _load_tools_at_worker_start(app)
     return app
 
