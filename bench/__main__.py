@@ -1,7 +1,7 @@
 """``python -m bench``: every workload in every mode, one JSON line per result.
 
-Starts its own workers on a private Redis database (default 7, never used by the tests) and
-flushes it afterwards.
+Starts its own workers on a private Redis database (the first empty one of 6..1 unless --db
+is given; the tests use 8..15) held by a lock key, and flushes it afterwards.
 """
 
 from __future__ import annotations
@@ -37,22 +37,44 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--redis-host", default="127.0.0.1")
     parser.add_argument("--redis-port", type=int, default=6379)
     parser.add_argument(
-        "--db", type=int, default=7, help="private Redis database, flushed after (default 7)"
+        "--db",
+        type=int,
+        default=None,
+        help="Redis database to use; must be empty, flushed after (default: first empty of 6..1)",
     )
     return parser
 
 
+_LOCK_KEY = "toolfleet-bench-lock"
+_AUTO_DBS = (6, 5, 4, 3, 2, 1)
+
+
+def claim_db(host: str, port: int, db: int | None) -> redis.Redis | None:
+    """A client on an empty database this run now holds (lock key set), or None."""
+    for candidate in (db,) if db is not None else _AUTO_DBS:
+        client = redis.Redis(host=host, port=port, db=candidate)
+        # Empty, then locked: a second bench run (or anyone checking emptiness) moves on.
+        if client.dbsize() == 0 and client.set(_LOCK_KEY, "1", nx=True, ex=6 * 3600):
+            if client.dbsize() == 1:
+                return client
+            client.delete(_LOCK_KEY)
+        client.close()
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    broker_url = f"redis://{args.redis_host}:{args.redis_port}/{args.db}"
-    client = redis.Redis(host=args.redis_host, port=args.redis_port, db=args.db)
-    if client.dbsize():
+    client = claim_db(args.redis_host, args.redis_port, args.db)
+    if client is None:
+        tried = args.db if args.db is not None else list(_AUTO_DBS)
         print(
-            f"bench: Redis database {args.db} at {args.redis_host}:{args.redis_port} is not "
-            f"empty; pick a free one with --db N (it is flushed after the run)",
+            f"bench: no empty Redis database among {tried} at {args.redis_host}:"
+            f"{args.redis_port}; pass a free one with --db N (it is flushed after the run)",
             file=sys.stderr,
         )
         return 2
+    db = client.connection_pool.connection_kwargs["db"]
+    broker_url = f"redis://{args.redis_host}:{args.redis_port}/{db}"
     ctx = Context(
         broker_url=broker_url,
         sizes=QUICK if args.quick else FULL,

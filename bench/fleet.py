@@ -1,19 +1,144 @@
-"""toolfleet mode: ``Branch.act`` on a Fleet, with ``toolfleet worker`` processes."""
+"""toolfleet mode: ``Branch.act`` on a Fleet, with ``toolfleet worker`` processes.
+
+The batched mode goes through the same ``Branch.act`` with one difference: its Fleet publishes
+with :func:`workers.batch.publish_batched` (several calls per Celery message) instead of one
+message per call. That subclass is the whole dispatcher-side seam batching needs.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
 from bench.procs import WorkerProcess
 
-__all__ = ["FleetClient", "unavailable", "worker"]
+__all__ = ["BATCH_SIZE", "FleetClient", "unavailable", "worker"]
+
+TOOL_MODULE = "bench.fleet_tools"
+BATCH_SIZE = 100
 
 
 def unavailable(batched: bool = False) -> str | None:
-    return "toolfleet dispatcher not built yet"
+    """Why toolfleet cannot be benchmarked in this checkout, or None."""
+    try:
+        import dispatcher.branch  # noqa: F401
+        import workers.app
+    except ImportError as exc:
+        return f"toolfleet is not importable here: {exc}"
+    if batched:
+        try:
+            import workers.batch  # noqa: F401
+        except ImportError as exc:
+            return f"batching is not available: {exc}"
+    return None
 
 
 def worker(broker_url: str, kind: str, concurrency: int, name: str) -> WorkerProcess:
-    raise NotImplementedError
+    """A ``toolfleet worker`` process serving the bench tools, not yet started."""
+    argv = [
+        sys.executable, "-m", "dispatcher.cli", "worker", "--kind", kind,
+        "--concurrency", str(concurrency), "--tools", TOOL_MODULE,
+        "--hostname", f"{name}@%h", "--loglevel", "INFO",
+    ]  # fmt: skip
+    return WorkerProcess(argv, env={"TOOLFLEET_BROKER_URL": broker_url}, name=name)
 
 
 class FleetClient:
-    pass
+    """A dispatcher on its own event loop: ``Branch.act`` batches timed from the caller's side."""
+
+    def __init__(self, broker_url: str, *, batched: bool = False) -> None:
+        from dispatcher.fleet import Fleet
+        from workers.settings import Settings
+
+        settings = Settings(broker_url=broker_url, tools=(TOOL_MODULE,))
+        self.batched = batched
+        self.fleet: Fleet = _batching_fleet(settings) if batched else Fleet(settings)
+        self.loop = asyncio.new_event_loop()
+
+    def run_batch(
+        self,
+        function: str,
+        arguments: Sequence[dict[str, Any]],
+        timeout_s: float,
+        max_concurrent: int | None = None,
+    ) -> float:
+        """Wall seconds for one ``act()`` of every call, from the call to the last result.
+
+        Batched mode needs a window of at least a few batches to fill its messages, so it
+        defaults ``max_concurrent`` to the whole batch; per-call mode keeps the default window.
+        """
+        if self.batched and max_concurrent is None:
+            max_concurrent = len(arguments)
+        return self.loop.run_until_complete(
+            self._timed(function, arguments, timeout_s, max_concurrent)
+        )
+
+    def run_sequential(
+        self, function: str, arguments: Sequence[dict[str, Any]], timeout_s: float
+    ) -> list[float]:
+        """Per-call latency of ``await branch.act(one_request)``, one after the other."""
+
+        async def main() -> list[float]:
+            return [await self._timed(function, [a], timeout_s, None) for a in arguments]
+
+        return self.loop.run_until_complete(main())
+
+    async def _timed(
+        self,
+        function: str,
+        arguments: Sequence[dict[str, Any]],
+        timeout_s: float,
+        max_concurrent: int | None,
+    ) -> float:
+        from dispatcher.branch import Branch
+        from schemas.action import CallParams
+        from schemas.status import EventStatus
+
+        branch = Branch(fleet=self.fleet)
+        requests = [{"function": function, "arguments": a} for a in arguments]
+        params = CallParams(max_concurrent=max_concurrent)
+        start = time.perf_counter()
+        async with asyncio.timeout(timeout_s):
+            results = await branch.act(requests, call_params=params)
+        wall_s = time.perf_counter() - start
+        bad = [r for r in results if r.status is not EventStatus.COMPLETED]
+        if len(results) != len(requests) or bad:
+            first = bad[0].error if bad else "missing results"
+            raise RuntimeError(
+                f"toolfleet {function}: {len(results) - len(bad)} of {len(requests)} calls "
+                f"completed; first problem: {first}"
+            )
+        return wall_s
+
+    def close(self) -> None:
+        self.loop.run_until_complete(self.fleet.aclose())
+        self.loop.close()
+
+    def __enter__(self) -> FleetClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _batching_fleet(settings: Any) -> Any:
+    """A Fleet whose publish() sends ``BATCH_SIZE`` calls per ``toolfleet.execute_many``."""
+    from dispatcher.fleet import Fleet
+    from schemas.tool import Tool
+    from schemas.wire import CallMessage
+    from workers.batch import publish_batched
+
+    class BatchingFleet(Fleet):
+        async def publish(self, calls: Sequence[tuple[CallMessage, Tool]]) -> None:
+            if not calls:
+                return
+            loop = asyncio.get_running_loop()
+            # The fleet's one publishing thread: kombu producers are not thread-safe.
+            await loop.run_in_executor(
+                self._executor, publish_batched, self.app, list(calls), BATCH_SIZE
+            )
+
+    return BatchingFleet(settings)

@@ -65,9 +65,9 @@ def echo(ctx: Context) -> list[Result]:
         results.append(Result("echo", "inprocess", n, inprocess.run_batch(tools.echo, args)))
     if ctx.wants("celery"):
         with raw_worker(ctx.broker_url, "prefork", c, "bench-raw-echo"):
-            client = RawCelery(ctx.broker_url)
-            wall_s = client.run_batch(ECHO, args, BATCH_TIMEOUT_S)
-            client.close()
+            raw = RawCelery(ctx.broker_url)
+            wall_s = raw.run_batch(ECHO, args, BATCH_TIMEOUT_S)
+            raw.close()
         results.append(Result("echo", "celery", n, wall_s, extra={"concurrency": c}))
     for mode in ("toolfleet", "toolfleet-batched"):
         if not ctx.wants(mode):
@@ -78,8 +78,8 @@ def echo(ctx: Context) -> list[Result]:
             results.append(_skipped("echo", mode, reason))
             continue
         with fleet.worker(ctx.broker_url, "sync", c, f"bench-fleet-echo-{mode}"):
-            with fleet.FleetClient(ctx.broker_url) as client:
-                wall_s = client.run_batch("echo", args, BATCH_TIMEOUT_S, batched=batched)
+            with fleet.FleetClient(ctx.broker_url, batched=batched) as client:
+                wall_s = client.run_batch("echo", args, BATCH_TIMEOUT_S)
         results.append(Result("echo", mode, n, wall_s, extra={"concurrency": c}))
     by_mode = {r.mode: r for r in results if r.skipped is None}
     for r in by_mode.values():
@@ -115,9 +115,9 @@ def sync(ctx: Context) -> list[Result]:
         row: list[Result] = []
         if ctx.wants("celery"):
             with raw_worker(ctx.broker_url, "prefork", c, f"bench-raw-sync{c}"):
-                client = RawCelery(ctx.broker_url)
-                wall_s = client.run_batch(SLEEP_SYNC, args, BATCH_TIMEOUT_S)
-                client.close()
+                raw = RawCelery(ctx.broker_url)
+                wall_s = raw.run_batch(SLEEP_SYNC, args, BATCH_TIMEOUT_S)
+                raw.close()
             row.append(Result("sync", "celery", n, wall_s, variant=variant))
         if ctx.wants("toolfleet"):
             reason = ctx.fleet_skip("toolfleet")
@@ -158,9 +158,9 @@ def async_(ctx: Context) -> list[Result]:
     if ctx.wants("celery"):
         for threads in ctx.sizes.async_thread_pools:
             with raw_worker(ctx.broker_url, "threads", threads, f"bench-raw-async{threads}"):
-                client = RawCelery(ctx.broker_url)
-                wall_s = client.run_batch(SLEEP_ASYNC, args, BATCH_TIMEOUT_S)
-                client.close()
+                raw = RawCelery(ctx.broker_url)
+                wall_s = raw.run_batch(SLEEP_ASYNC, args, BATCH_TIMEOUT_S)
+                raw.close()
             celery_runs.append(
                 Result("async", "celery", n, wall_s, variant=f"threads={threads}",
                        extra={"pool": "threads", "concurrency": threads})
@@ -179,8 +179,8 @@ def async_(ctx: Context) -> list[Result]:
         batched = mode == "toolfleet-batched"
         concurrency = max(ctx.sizes.async_thread_pools)
         with fleet.worker(ctx.broker_url, "async", concurrency, f"bench-fleet-async-{mode}"):
-            with fleet.FleetClient(ctx.broker_url) as client:
-                wall_s = client.run_batch("sleep_async", args, BATCH_TIMEOUT_S, batched=batched)
+            with fleet.FleetClient(ctx.broker_url, batched=batched) as client:
+                wall_s = client.run_batch("sleep_async", args, BATCH_TIMEOUT_S)
         r = Result("async", mode, n, wall_s, extra={"pool": "asyncio", "concurrency": concurrency})
         results.append(r)
         if best is not None:
@@ -209,10 +209,10 @@ def latency(ctx: Context) -> list[Result]:
         runs["inprocess"] = inprocess.run_sequential(tools.echo, args)
     if ctx.wants("celery"):
         with raw_worker(ctx.broker_url, "prefork", c, "bench-raw-latency"):
-            client = RawCelery(ctx.broker_url)
-            client.run_sequential(ECHO, args[:5], BATCH_TIMEOUT_S)  # warm the connections
-            runs["celery"] = client.run_sequential(ECHO, args, BATCH_TIMEOUT_S)
-            client.close()
+            raw = RawCelery(ctx.broker_url)
+            raw.run_sequential(ECHO, args[:5], BATCH_TIMEOUT_S)  # warm the connections
+            runs["celery"] = raw.run_sequential(ECHO, args, BATCH_TIMEOUT_S)
+            raw.close()
     if ctx.wants("toolfleet"):
         reason = ctx.fleet_skip("toolfleet")
         if reason:

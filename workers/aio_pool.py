@@ -25,10 +25,12 @@ from billiard.exceptions import Terminated
 from celery import Celery
 from celery.concurrency.base import BasePool
 from celery.utils.saferepr import saferepr
+from celery.worker import state as worker_state
 from kombu.serialization import loads as loads_message
 from kombu.serialization import prepare_accept_content
 
 from schemas.status import EventStatus
+from workers.batch import EXECUTE_MANY_TASK, execute_many_async
 from workers.keys import Keys
 from workers.task import Outcome, WorkerRuntime, execute_async, runtime_for
 
@@ -243,6 +245,18 @@ class AsyncioPool(BasePool):
                     body, content_type, content_encoding, accept=self._accept
                 )
                 message = args[0]
+                if request_dict.get("task") == EXECUTE_MANY_TASK:  # opt-in batching (issue 8)
+                    summary = await execute_many_async(
+                        message,
+                        runtime=self._runtime,
+                        hostname=self.hostname or request_dict.get("hostname"),
+                        revoked=worker_state.revoked,
+                    )
+                    runtime_s = time.monotonic() - started
+                    self._callbacks.submit(
+                        _quiet(self._succeed), task_id, summary, runtime_s, callback
+                    )
+                    return
                 call_id = str(message.get("call_id")) if isinstance(message, dict) else None
                 if call_id:
                     self._by_call[call_id] = task_id
