@@ -301,9 +301,7 @@ class Batch:
             "worker": result.worker,
         }
 
-    def _finished(
-        self, ctx: CallContext, result: CallResult, events: list[dict[str, Any]]
-    ) -> Unit:
+    def _finished(self, ctx: CallContext, result: CallResult, events: list[dict[str, Any]]) -> Unit:
         execution = result.to_execution()
         status = execution.status
         output = execution.response
@@ -454,4 +452,3 @@ def _error_text(error: str | BaseException | None, status: EventStatus) -> str:
     if isinstance(error, BaseException):
         return format_error(error)
     return error
-

@@ -45,4 +45,3 @@ class HistoryWriteFailed:
 
 
 Signal = GateDenied | CallbackFailed | HistoryWriteFailed
-

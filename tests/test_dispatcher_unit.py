@@ -1,0 +1,255 @@
+"""Pure-logic tests of the dispatcher's parts: envelopes, hooks, policy, wire checks, gates."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+from pydantic import BaseModel
+
+from dispatcher.act import check_wire
+from dispatcher.collector import Collector
+from dispatcher.context import CallContext
+from dispatcher.envelope import normalize
+from dispatcher.hooks import HookBus, HookPoint, StopHook
+from dispatcher.permissions import PermissionPolicy
+from dispatcher.session import Session
+from schemas.action import ToolInvocation
+from schemas.errors import (
+    ConfigurationError,
+    MalformedRequestError,
+    NotJSONError,
+    OversizedArgumentsError,
+)
+from schemas.messages import ActionRequest, ActionRequestContent
+from schemas.tool import Tool
+from schemas.wire import CallResult
+from workers.keys import Keys
+
+
+class Proposal(BaseModel):
+    function: str
+    arguments: dict[str, Any]
+
+
+class NotAProposal(BaseModel):
+    function: str
+
+
+def test_normalize_accepts_the_three_envelopes() -> None:
+    request = ActionRequest(content=ActionRequestContent(function="add", arguments={"a": 1}))
+    assert normalize(request).function == "add"
+    assert normalize(request).arguments == {"a": 1}
+    assert normalize(Proposal(function="echo", arguments={"value": 2})).arguments == {"value": 2}
+    envelope = normalize({"function": "echo", "arguments": "raw text"})
+    assert (envelope.function, envelope.arguments) == ("echo", "raw text")
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"function": "echo"},
+        {"arguments": {}},
+        NotAProposal(function="echo"),
+        "echo",
+        42,
+        None,
+        {"function": "", "arguments": {}},
+        {"function": 7, "arguments": {}},
+    ],
+)
+def test_normalize_rejects_other_shapes_with_a_value_error(bad: Any) -> None:
+    with pytest.raises(ValueError) as info:
+        normalize(bad)
+    assert isinstance(info.value, MalformedRequestError)
+    assert "function" in str(info.value)
+
+
+def test_pre_hooks_run_in_order_and_stop_hook_ends_the_chain() -> None:
+    bus = HookBus()
+    seen: list[str] = []
+
+    def first(payload: dict[str, Any]) -> None:
+        seen.append("first:" + payload["tool_name"])
+
+    async def second(payload: dict[str, Any]) -> None:
+        seen.append("second")
+        raise StopHook
+
+    bus.on(HookPoint.TOOL_PRE, first)
+    bus.on("tool_pre", second)
+    bus.on(HookPoint.TOOL_PRE, lambda p: seen.append("third"))
+    asyncio.run(bus.emit_pre({"tool_name": "echo"}))
+    assert seen == ["first:echo", "second"]
+
+
+def test_pre_hook_exception_propagates_but_post_hook_exception_is_isolated() -> None:
+    bus = HookBus()
+    seen: list[str] = []
+
+    def boom(payload: dict[str, Any]) -> None:
+        raise RuntimeError("guard says no")
+
+    bus.on(HookPoint.TOOL_PRE, boom)
+    with pytest.raises(RuntimeError, match="guard says no"):
+        asyncio.run(bus.emit_pre({}))
+
+    bus.on(HookPoint.TOOL_POST, boom)
+    bus.on(HookPoint.TOOL_POST, lambda p: seen.append(p["call_id"]))
+    failures = asyncio.run(bus.emit(HookPoint.TOOL_POST, {"call_id": "c1"}))
+    assert seen == ["c1"]
+    assert [(f.point, type(f.error)) for f in failures] == [(HookPoint.TOOL_POST, RuntimeError)]
+
+
+def test_unknown_hook_point_is_named() -> None:
+    with pytest.raises(ValueError, match="tool_middle"):
+        HookBus().on("tool_middle", lambda p: None)
+
+
+def test_permission_policy_precedence_and_modes() -> None:
+    policy = PermissionPolicy(
+        allow={"shell": ["ls*"]},
+        deny={"shell": ["rm *"], "*": ["drop*"]},
+        escalate={"shell": ["sudo *"]},
+    )
+    assert policy.check("shell", "ls -l", {}).allowed
+    assert policy.check("shell", "rm -rf /", {}).decision == "deny"
+    assert policy.check("db", "drop table", {}).decision == "deny"
+    assert policy.check("shell", "sudo reboot", {}).decision == "escalate"
+    assert policy.check("shell", "cat x", {}).allowed  # allow_all default
+    strict = PermissionPolicy(mode="deny_all", allow={"shell": ["ls*"]})
+    assert strict.check("shell", "ls", {}).allowed
+    assert strict.check("shell", "cat x", {}).decision == "deny"
+    with pytest.raises(ConfigurationError, match="allow_some"):
+        PermissionPolicy(mode="allow_some")
+
+
+def test_escalation_is_resolved_by_on_escalate_sync_or_async() -> None:
+    asked: list[tuple[str, str]] = []
+
+    async def approve_reboot(tool: str, action: str, args: dict[str, Any]) -> bool:
+        asked.append((tool, action))
+        return action == "sudo reboot"
+
+    policy = PermissionPolicy(escalate={"shell": ["sudo *"]}, on_escalate=approve_reboot)
+    assert asyncio.run(policy.authorize("shell", {"action": "sudo reboot"})).allowed
+    assert not asyncio.run(policy.authorize("shell", {"action": "sudo rm"})).allowed
+    assert asked == [("shell", "sudo reboot"), ("shell", "sudo rm")]
+    unattended = PermissionPolicy(escalate={"shell": ["*"]})
+    assert not asyncio.run(unattended.authorize("shell", {"action": "x"})).allowed
+
+
+def test_permission_preprocessor_raises_permission_error() -> None:
+    policy = PermissionPolicy(deny={"shell": ["rm *"]})
+    pre = policy.to_pre_hook("shell")
+    assert pre({"action": "ls"}) == {"action": "ls"}
+    with pytest.raises(PermissionError, match="rm -rf"):
+        pre({"action": "rm -rf /"})
+
+
+def _echo(value: Any = None) -> Any:
+    return value
+
+
+def test_check_wire_names_the_non_json_key_and_the_size_limit() -> None:
+    tool = Tool(func_callable=_echo)
+    ctx = CallContext("echo", {"ok": 1, "value": {1, 2}}, tool=tool)
+    with pytest.raises(NotJSONError, match="'value'"):
+        check_wire(ctx, 1_000)
+    with pytest.raises(NotJSONError, match="'value'"):
+        check_wire(CallContext("echo", {"value": float("nan")}, tool=tool), 1_000)
+    with pytest.raises(OversizedArgumentsError, match="over the 100-byte limit"):
+        check_wire(CallContext("echo", {"value": "x" * 200}, tool=tool), 100)
+    check_wire(CallContext("echo", {"value": "x" * 50}, tool=tool), 100)
+
+
+def test_session_gate_denies_on_falsy_or_raising_and_allows_async_true() -> None:
+    session = Session()
+    invocation = ToolInvocation("echo", {"value": 1}, "b1")
+    assert asyncio.run(session.authorize(invocation)) is None  # no gate allows
+
+    async def allow(inv: ToolInvocation) -> bool:
+        return True
+
+    session.gate(allow)
+    assert asyncio.run(session.authorize(invocation)) is None
+    session.gate(lambda inv: inv.arguments.get("value") == 2)
+    assert "returned False" in str(asyncio.run(session.authorize(invocation)))
+
+    def broken(inv: ToolInvocation) -> bool:
+        raise KeyError("policy table")
+
+    raising = Session()
+    raising.gate(broken)
+    assert "KeyError" in str(asyncio.run(raising.authorize(invocation)))
+
+
+def _result(call_id: str, attempt: int = 0, response: Any = 1) -> str:
+    event = {
+        "id": call_id,
+        "created_at": "2026-01-01T00:00:00+00:00",
+        "execution": {"status": "completed", "duration": 0.0, "response": response},
+        "function": "echo",
+        "arguments": {},
+    }
+    return CallResult(
+        call_id=call_id, function="echo", event=event, attempt=attempt
+    ).model_dump_json()
+
+
+def test_collector_resolves_each_attempt_once_and_ignores_duplicates(redis_url: str) -> None:
+    async def scenario() -> None:
+        reply_key = Keys("unit-collector").reply("c")
+        client = aioredis.Redis.from_url(redis_url)
+        await client.delete(reply_key)
+        collector = Collector(aioredis.Redis.from_url(redis_url), reply_key)
+        collector.start()
+        try:
+            first = collector.expect("a", 0)
+            retry = collector.expect("a", 1)
+            await client.rpush(reply_key, _result("a", 0, "one"), _result("a", 0, "dup"))
+            await client.rpush(reply_key, "not json", _result("stranger", 0))
+            await client.rpush(reply_key, _result("a", 1, "two"))
+            done = await asyncio.wait_for(asyncio.gather(first, retry), timeout=10)
+            assert [r.execution["response"] for r in done] == ["one", "two"]
+            assert collector.pending == 0
+            assert await client.llen(reply_key) == 0
+        finally:
+            await collector.aclose()
+            await client.delete(reply_key)
+            await client.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_history_unit_is_json_in_redis_order(redis_url: str) -> None:
+    from dispatcher.history import BranchHistory, Unit, link_pair, load_records
+    from schemas.action import ActionResponseModel
+
+    async def scenario() -> None:
+        keys = Keys("unit-history")
+        client = aioredis.Redis.from_url(redis_url)
+        history = BranchHistory("b1")
+        units = []
+        for i in range(3):
+            request, response = link_pair(
+                function="echo", arguments={"value": i}, output=i, error=None, branch_id="b1"
+            )
+            units.append(Unit(str(i), [{"n": i}], request, response, ActionResponseModel(output=i)))
+        try:
+            assert await history.write(client, keys, units, record_ttl_s=60) is None
+            messages, events = await load_records(client, keys, "b1")
+            assert [m.id for m in messages] == [m.id for m in history.messages]
+            assert events == [{"n": 0}, {"n": 1}, {"n": 2}]
+            assert messages[0].content.action_response_id == messages[1].id  # type: ignore[union-attr]
+            assert (
+                json.loads(await client.lindex(keys.history("b1"), 1))["role"] == "action_response"
+            )
+        finally:
+            await client.delete(keys.history("b1"), keys.events("b1"))
+            await client.aclose()
+
+    asyncio.run(scenario())
