@@ -1,0 +1,88 @@
+"""Issue 3: the asyncio pool runs many async tools at once on one loop thread, and cancels."""
+
+from __future__ import annotations
+
+import time
+
+import redis
+from celery import Celery
+
+import tests.sample_tools  # noqa: F401  (registers the tools the workers run)
+from schemas.status import EventStatus
+from tests.fleet import WorkerProcess, collect_replies, make_call, run_calls, wait_for
+from workers.keys import Keys
+from workers.publish import cancel_running, publish_calls
+from workers.registry import registry
+
+
+def test_500_async_sleeps_overlap_on_one_loop_thread(
+    async_worker: WorkerProcess, celery_app: Celery, redis_client: redis.Redis
+) -> None:
+    n, delay_s = 500, 0.2
+    started = time.monotonic()
+    results = run_calls(
+        celery_app, redis_client, [("whoami_async", {"delay_s": delay_s})] * n, timeout_s=90
+    )
+    wall_s = time.monotonic() - started
+    assert [r.status for r in results] == [EventStatus.COMPLETED] * n
+    # Serial time would be n x delay_s = 100 s; Celery's per-message cost dominates instead.
+    assert wall_s < n * delay_s / 4, f"{n} async sleeps of {delay_s}s took {wall_s:.1f}s"
+    assert {r.execution["response"]["pid"] for r in results} == {async_worker.pid}
+    assert len({r.execution["response"]["thread"] for r in results}) == 1
+    assert {r.worker for r in results} == {async_worker.hostname}
+
+
+def _start_long_call(celery_app: Celery, redis_client: redis.Redis, reply_to: str) -> str:
+    message = make_call("sleep_async", {"seconds": 60}, reply_to=reply_to)
+    publish_calls(celery_app, [(message, registry.get("sleep_async"))])
+    wait_for(
+        lambda: redis_client.exists(Keys().started(message.call_id)),
+        timeout_s=15,
+        what="the call to start running",
+    )
+    return message.call_id
+
+
+def test_cancel_running_ends_the_call_cancelled_and_revoked(
+    async_worker: WorkerProcess, celery_app: Celery, redis_client: redis.Redis
+) -> None:
+    reply_to = "toolfleet:reply:test-cancel-running"
+    call_id = _start_long_call(celery_app, redis_client, reply_to)
+    assert cancel_running(celery_app, [call_id]) >= 1
+    (result,) = collect_replies(redis_client, reply_to, 1, timeout_s=10)
+    assert result.call_id == call_id
+    assert result.status is EventStatus.CANCELLED
+    assert result.execution["duration"] is not None
+    state = celery_app.AsyncResult(call_id)
+    wait_for(lambda: state.state == "REVOKED", timeout_s=10, what="Celery state REVOKED")
+
+
+def test_revoke_terminate_cancels_a_running_async_call(
+    async_worker: WorkerProcess, celery_app: Celery, redis_client: redis.Redis
+) -> None:
+    reply_to = "toolfleet:reply:test-revoke-terminate"
+    call_id = _start_long_call(celery_app, redis_client, reply_to)
+    celery_app.control.revoke(call_id, terminate=True)
+    (result,) = collect_replies(redis_client, reply_to, 1, timeout_s=10)
+    assert result.status is EventStatus.CANCELLED
+    state = celery_app.AsyncResult(call_id)
+    wait_for(lambda: state.state == "REVOKED", timeout_s=10, what="Celery state REVOKED")
+
+
+def test_a_revoked_queued_call_is_recorded_cancelled_and_never_runs(
+    sync_worker: WorkerProcess, celery_app: Celery, redis_client: redis.Redis, tmp_path
+) -> None:
+    path = tmp_path / "never.txt"
+    reply_to = "toolfleet:reply:test-revoke-queued"
+    message = make_call("append_line", {"path": str(path), "text": "x"}, reply_to=reply_to)
+    # reply=True: the worker has the id in its revoked set before the message exists.
+    replies = celery_app.control.revoke(
+        message.call_id, destination=[sync_worker.hostname], reply=True, timeout=5
+    )
+    assert replies, "the sync worker did not acknowledge the revoke"
+    publish_calls(celery_app, [(message, registry.get("append_line"))])
+    (result,) = collect_replies(redis_client, reply_to, 1, timeout_s=10)
+    assert result.status is EventStatus.CANCELLED
+    assert not path.exists()
+    state = celery_app.AsyncResult(message.call_id)
+    wait_for(lambda: state.state == "REVOKED", timeout_s=10, what="Celery state REVOKED")
