@@ -33,6 +33,26 @@ def stored(client: redis.Redis, result: CallResult) -> CallResult:
     return CallResult.model_validate_json(raw)  # type: ignore[arg-type]
 
 
+def test_each_kind_reaches_only_its_own_queue(
+    sync_worker: WorkerProcess,
+    async_worker: WorkerProcess,
+    celery_app: Celery,
+    redis_client: redis.Redis,
+) -> None:
+    sync_result, async_result = run_calls(
+        celery_app, redis_client, [("whoami", {}), ("whoami_async", {})]
+    )
+    assert sync_result.worker == sync_worker.hostname
+    assert async_result.worker == async_worker.hostname
+    wait_for(
+        lambda: async_result.call_id in async_worker.log(),
+        timeout_s=10,
+        what="the async worker to log its call",
+    )
+    assert sync_result.call_id not in async_worker.log()
+    assert async_result.call_id not in sync_worker.log()
+
+
 def test_sync_tool_runs_in_a_worker_process(
     sync_worker: WorkerProcess, celery_app: Celery, redis_client: redis.Redis
 ) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from celery import Celery, signals
-from kombu import Queue
+from kombu import Exchange, Queue
 
 from workers.registry import Registry, registry
 from workers.settings import Settings
@@ -56,7 +56,9 @@ def create_app(settings: Settings, *, registry: Registry = registry) -> Celery:
         broker_transport_options={"visibility_timeout": settings.visibility_timeout_s},
         result_backend_transport_options={"visibility_timeout": settings.visibility_timeout_s},
         task_default_queue=settings.sync_queue,
-        task_queues=(Queue(settings.sync_queue), Queue(settings.async_queue)),
+        # Each queue on its own direct exchange: a bare Queue(name) would be bound to the
+        # default exchange with the default routing key, so every call would reach both.
+        task_queues=(_queue(settings.sync_queue), _queue(settings.async_queue)),
         task_routes={EXECUTE_TASK: {"queue": settings.sync_queue}},
         worker_hijack_root_logger=False,
     )
@@ -71,6 +73,10 @@ def create_app(settings: Settings, *, registry: Registry = registry) -> Celery:
     register_execute_many_task(app)
     _load_tools_at_worker_start(app)
     return app
+
+
+def _queue(name: str) -> Queue:
+    return Queue(name, Exchange(name, type="direct"), routing_key=name)
 
 
 def settings_of(app: Celery) -> Settings:
