@@ -11,6 +11,8 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
+import shutil
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -111,9 +113,8 @@ def _fleet_settings(*, start_saved: bool) -> Iterator[tuple[Settings, str]]:
             f"running; set {ENV_PREFIX}BROKER_URL=redis://host:6379/0 (or run `toolfleet demo`)"
         )
     home = run_dir(settings)
-    saved = EmbeddedRedis(
-        run_dir=home / "run" / "history", data_dir=home / "embedded", save_on_stop=False
-    )
+    reader_dir = home / "run" / f"reader-{os.getpid()}"
+    saved = EmbeddedRedis(run_dir=reader_dir, data_dir=home / "embedded", save_on_stop=False)
     url = saved.start()
     try:
         if not saved.persistent:
@@ -124,6 +125,7 @@ def _fleet_settings(*, start_saved: bool) -> Iterator[tuple[Settings, str]]:
         yield settings.model_copy(update={"broker_url": url}), f"saved data in {home}"
     finally:
         saved.stop()
+        shutil.rmtree(reader_dir, ignore_errors=True)
 
 
 # -- status ----------------------------------------------------------------------------------

@@ -58,7 +58,8 @@ def run_demo(*, sync_calls: int, async_calls: int, execute: Execute) -> int:
     lines = demo_batch(sync_calls=sync_calls, async_calls=async_calls)
     out.print(
         f"[bold]toolfleet demo[/bold]: {len(lines)} tool calls on a private Redis and two local "
-        "Celery workers (the embedded default; nothing to install or configure)"
+        "Celery workers (the embedded default; nothing to install or configure)",
+        soft_wrap=True,
     )
     branch_id, records, elapsed_s = execute(
         lines,
@@ -75,8 +76,8 @@ def run_demo(*, sync_calls: int, async_calls: int, execute: Execute) -> int:
     findings, ok = _explain(records, elapsed_s=elapsed_s)
     out.print("[bold]What happened[/bold]")
     for finding in findings:
-        out.print(f"  • {finding}")
-    out.print(_where_next(branch_id))
+        out.print(f"  • {finding}", soft_wrap=True)
+    out.print(_where_next(branch_id), soft_wrap=True)
     return 0 if ok else 1
 
 

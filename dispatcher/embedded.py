@@ -82,19 +82,54 @@ def find_redis_server() -> str:
 
 
 def _die_with_parent() -> None:
-    # Runs in the child between fork and exec: if toolfleet is SIGKILLed it cannot clean up,
-    # so the kernel sends SIGTERM to the child instead, and nothing is orphaned.
+    # Runs in the child between fork and exec: its own process group (so killpg by its PID
+    # reaches the prefork pool it forks, and a terminal's Ctrl-C reaches only toolfleet), and
+    # death with toolfleet even if toolfleet is SIGKILLed and cannot clean up.
     os.setsid()
     with contextlib.suppress(OSError, AttributeError):
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+class _Reaper:
+    """A tiny process that SIGKILLs our children's process groups when this process ends
+    without stopping them (see reaper.py); PDEATHSIG alone misses the prefork pool."""
+
+    def __init__(self) -> None:
+        script = Path(__file__).with_name("reaper.py")
+        self._proc = subprocess.Popen(
+            [sys.executable, "-I", str(script)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+
+    def send(self, line: str) -> None:
+        stdin = self._proc.stdin
+        if stdin is None or stdin.closed:
+            return
+        with contextlib.suppress(OSError, ValueError):
+            stdin.write(line.encode() + b"\n")
+            stdin.flush()
+
+
+_reaper: _Reaper | None = None
+
+
+def _reaper_send(line: str) -> None:
+    global _reaper
+    if _reaper is None:
+        try:
+            _reaper = _Reaper()
+        except OSError:
+            return  # PDEATHSIG still covers the direct children
+    _reaper.send(line)
 
 
 def _spawn(argv: Sequence[str], *, log: IO[bytes], env: dict[str, str]) -> subprocess.Popen[bytes]:
-    # Each child leads its own process group, so stopping it by PID with killpg also reaches
-    # the prefork pool processes it forks, and a terminal Ctrl-C reaches only toolfleet.
     preexec = _die_with_parent if sys.platform.startswith("linux") else os.setsid
-    return subprocess.Popen(
+    proc = subprocess.Popen(
         list(argv),
         stdin=subprocess.DEVNULL,
         stdout=log,
@@ -102,6 +137,8 @@ def _spawn(argv: Sequence[str], *, log: IO[bytes], env: dict[str, str]) -> subpr
         env=env,
         preexec_fn=preexec,
     )
+    _reaper_send(f"+{proc.pid}")
+    return proc
 
 
 def _stop_group(proc: subprocess.Popen[bytes], *, grace_s: float) -> None:
@@ -118,6 +155,7 @@ def _stop_group(proc: subprocess.Popen[bytes], *, grace_s: float) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=grace_s)
+    _reaper_send(f"-{proc.pid}")
 
 
 def _free_port() -> int:
@@ -304,6 +342,7 @@ class EmbeddedFleet:
         self._logs: list[IO[bytes]] = []
         self._previous_sigterm: Any = None
         self._stopped = False
+        self._keep_run_dir = False
 
     def hostname(self, kind: str) -> str:
         return f"{kind}-embedded-{os.getpid()}@{socket.gethostname()}"
@@ -347,6 +386,8 @@ class EmbeddedFleet:
                 self._start_worker(kind, concurrency, url)
             self._wait_workers(settings)
         except BaseException:
+            # The error names a log in the run directory: keep it for the reader.
+            self._keep_run_dir = True
             self.stop()
             raise
         self.settings = settings
@@ -420,18 +461,21 @@ class EmbeddedFleet:
             if proc.poll() is None:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(proc.pid, signal.SIGTERM)
-        deadline = time.monotonic() + 5.0
+        # Idle workers exit in about a second; one busy in a blocking tool is killed.
+        deadline = time.monotonic() + 3.0
         for proc in self.workers.values():
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=max(0.0, deadline - time.monotonic()))
         for proc in self.workers.values():
-            _stop_group(proc, grace_s=2.0)
+            _stop_group(proc, grace_s=0.5)
         self.redis.stop()
         for log in self._logs:
             log.close()
         self._logs.clear()
         with contextlib.suppress(OSError):
             (self.run_dir / "broker_url").unlink()
+        if not self._keep_run_dir:
+            shutil.rmtree(self.run_dir, ignore_errors=True)
         if self._previous_sigterm is not None:
             with contextlib.suppress(ValueError):
                 signal.signal(signal.SIGTERM, self._previous_sigterm)

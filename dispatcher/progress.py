@@ -21,7 +21,6 @@ from rich.progress import (
     ProgressColumn,
     Task,
     TextColumn,
-    TimeElapsedColumn,
     TimeRemainingColumn,
 )
 from rich.table import Table
@@ -50,7 +49,7 @@ class _RateColumn(ProgressColumn):
 class _CountsColumn(ProgressColumn):
     def render(self, task: Task) -> Text:
         counts: Counter[str] = task.fields.get("counts", Counter())
-        text = Text()
+        text = Text(no_wrap=True)
         for outcome in ("done", "failed", "denied"):
             if text:
                 text.append("  ")
@@ -71,13 +70,12 @@ class BatchProgress:
         self._progress: Progress | None = None
         self._task_id: Any = None
         if enabled and console.is_terminal:
+            # Sized to fit an 80-column terminal on one line.
             self._progress = Progress(
-                TextColumn("[bold]toolfleet run"),
-                BarColumn(),
+                BarColumn(bar_width=20),
                 MofNCompleteColumn(),
                 _CountsColumn(),
                 _RateColumn(),
-                TimeElapsedColumn(),
                 TextColumn("ETA"),
                 TimeRemainingColumn(),
                 console=console,

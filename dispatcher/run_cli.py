@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,7 +18,7 @@ from typing import Any, TextIO
 from rich.console import Console
 
 from dispatcher.batch_file import BatchLine, parse_batch
-from dispatcher.call_record import CallRecord, Outcome
+from dispatcher.call_record import CallRecord
 from dispatcher.progress import BatchProgress, render_results, render_summary
 from schemas.errors import ConfigurationError, ToolfleetError
 
@@ -154,10 +155,19 @@ def read_batch(source: str, stdin: TextIO | None = None) -> list[BatchLine]:
         ) from None
 
 
-def write_records(records: Sequence[CallRecord], handle: TextIO) -> None:
-    """One JSON object per line, in input order."""
+def write_records(records: Sequence[CallRecord], handle: TextIO, *, branch_id: str) -> None:
+    """One JSON object per line, in input order, each naming the batch's branch."""
     for record in records:
-        handle.write(json.dumps(record.to_json(), default=str) + "\n")
+        line = {"branch_id": branch_id, **record.to_json()}
+        handle.write(json.dumps(line, default=str) + "\n")
+
+
+def _importable_cwd() -> None:
+    # `toolfleet run --tools mytools` next to mytools.py must import it here as the workers
+    # do (they get the working directory on PYTHONPATH); a console script's sys.path lacks it.
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -170,6 +180,7 @@ def _run(args: argparse.Namespace) -> int:
             "no tool modules: pass --tools MODULE or set TOOLFLEET_TOOLS=module[,module]"
         )
     lines = read_batch(args.batch)
+    _importable_cwd()
     err = Console(stderr=True)
     out = Console()
     for line in lines:
@@ -178,7 +189,8 @@ def _run(args: argparse.Namespace) -> int:
     if not args.json and not settings.broker_url:
         err.print(
             "[dim]TOOLFLEET_BROKER_URL is unset: starting the embedded default "
-            "(a private Redis and two local workers)…[/dim]"
+            "(a private Redis and two local workers)…[/dim]",
+            soft_wrap=True,
         )
     try:
         result = _execute(
@@ -198,15 +210,18 @@ def _run(args: argparse.Namespace) -> int:
     branch_id, records, elapsed_s = result
     if args.output:
         with open(args.output, "w", encoding="utf-8") as handle:
-            write_records(records, handle)
+            write_records(records, handle, branch_id=branch_id)
     if args.json:
-        write_records(records, sys.stdout)
+        write_records(records, sys.stdout, branch_id=branch_id)
         sys.stdout.flush()
     else:
         if len(records) <= _RESULTS_TABLE_MAX_ROWS:
             out.print(render_results(records))
         out.print(render_summary(records, elapsed_s))
-        out.print(f"branch {branch_id}: see its history with `toolfleet history {branch_id}`")
+        out.print(
+            f"branch {branch_id}: see its history with `toolfleet history {branch_id}`",
+            soft_wrap=True,
+        )
         if args.output:
             out.print(f"results written to {args.output}")
     return 0 if all(record.outcome == "done" for record in records) else 1
@@ -227,17 +242,14 @@ def _execute(
     from dispatcher.embedded import EmbeddedFleet, resolve_fleet
     from workers.settings import Settings
 
-    progress = BatchProgress(len(lines), console, enabled=show_progress)
     if embedded_only:
         base = Settings.from_env().model_copy(update={"broker_url": None, "tools": ()})
         fleet_cm: Any = EmbeddedFleet(tools=tools, base=base)
     else:
         fleet_cm = resolve_fleet(tools)
     with fleet_cm as settings:
-
-        def on_progress(outcome: Outcome) -> None:
-            progress.advance_outcome(outcome)
-
+        # Created once the fleet is up, so calls/s and the ETA count only the calls.
+        progress = BatchProgress(len(lines), console, enabled=show_progress)
         with progress:
             result = asyncio.run(
                 run_batch(
@@ -246,7 +258,7 @@ def _execute(
                     strategy=strategy,
                     max_concurrent=max_concurrent,
                     gates=gates,
-                    on_progress=on_progress,
+                    on_progress=progress.advance_outcome,
                 )
             )
             progress.finish(result.records)
