@@ -145,7 +145,7 @@ def tool(
             postprocessor=postprocessor,
             postprocessor_kwargs=postprocessor_kwargs or {},
             timeout_s=timeout_s,
-            secret_args=frozenset(secret_args),
+            secret_args=secret_args,
             idempotent=idempotent,
         )
         registry.register(built, update=update)
