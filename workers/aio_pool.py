@@ -82,6 +82,7 @@ class AsyncioPool(BasePool):
         # Every running call, by task id and by call id: the pool owns them all.
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._by_call: dict[str, str] = {}
+        self._handles: dict[str, CallHandle] = {}
         self._user_cancelled: set[str] = set()
         self._shutting_down = False
         self._subscriber: asyncio.Task[None] | None = None
@@ -194,6 +195,9 @@ class AsyncioPool(BasePool):
             raise RuntimeError("the asyncio pool received a task before it started")
         _task_name, task_id, request_dict, body, content_type, content_encoding = args
         handle = CallHandle(self, task_id)
+        # Celery keeps only a weak reference to the handle; the pool holds it until the call
+        # ends, or revoke(terminate=True) would find nothing to terminate.
+        self._handles[task_id] = handle
         handle.future = asyncio.run_coroutine_threadsafe(
             self._spawn(
                 task_id,
@@ -219,6 +223,7 @@ class AsyncioPool(BasePool):
             await self._run(task_id, *args, **kwargs)
         finally:
             self._tasks.pop(task_id, None)
+            self._handles.pop(task_id, None)
             self._user_cancelled.discard(task_id)
 
     async def _run(

@@ -35,6 +35,24 @@ HEARTBEAT_INTERVAL_S = 2.0
 HEARTBEAT_STALE_S = 8.0
 
 
+# KEYS: event, started, reply list ("" for none). ARGV: record JSON, attempt, ttl seconds.
+_FINISH_SCRIPT = """
+local current = redis.call('GET', KEYS[1])
+if current then
+  local ok, decoded = pcall(cjson.decode, current)
+  local attempt = ok and tonumber(decoded['attempt']) or 0
+  if attempt >= tonumber(ARGV[2]) then return 0 end
+end
+redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[3])
+redis.call('DEL', KEYS[2])
+if KEYS[3] ~= '' then
+  redis.call('RPUSH', KEYS[3], ARGV[1])
+  redis.call('EXPIRE', KEYS[3], ARGV[3])
+end
+return 1
+"""
+
+
 @dataclass(frozen=True, slots=True)
 class StartedMarker:
     """Who runs a call: worker hostname, pid, attempt, and the last heartbeat (epoch seconds)."""
@@ -110,16 +128,23 @@ class AsyncRecordStore:
     async def take_over(self, call_id: str, marker: StartedMarker) -> None:
         await self.client.set(self.keys.started(call_id), marker.to_json(), ex=self.record_ttl_s)
 
-    async def finish(self, result: CallResult, reply_to: str | None) -> None:
-        """Store the terminal record, drop the started marker and notify, atomically."""
-        payload = result.model_dump_json()
-        async with self.client.pipeline(transaction=True) as pipe:
-            pipe.set(self.keys.event(result.call_id), payload, ex=self.record_ttl_s)
-            pipe.delete(self.keys.started(result.call_id))
-            if reply_to:
-                pipe.rpush(reply_to, payload)
-                pipe.expire(reply_to, self.record_ttl_s)
-            await pipe.execute()
+    async def finish(self, result: CallResult, reply_to: str | None) -> bool:
+        """Store the terminal record, drop the started marker and notify, atomically.
+
+        The first record of an attempt wins: returns False, changing nothing, when a record
+        of this or a later attempt already exists (e.g. a revoke recorded it CANCELLED).
+        """
+        stored = await self.client.eval(
+            _FINISH_SCRIPT,
+            3,
+            self.keys.event(result.call_id),
+            self.keys.started(result.call_id),
+            reply_to or "",
+            result.model_dump_json(),
+            result.attempt,
+            self.record_ttl_s,
+        )
+        return bool(stored)
 
     async def notify(self, result: CallResult, reply_to: str | None) -> None:
         """Push an already stored record to ``reply_to`` again (a repeated delivery)."""

@@ -224,7 +224,9 @@ async def _run_tool(
         attempt=msg.attempt,
         worker=hostname,
     )
-    await asyncio.shield(store.finish(result, msg.reply_to))
+    if await asyncio.shield(store.finish(result, msg.reply_to)) is False:
+        # Someone recorded this attempt first (a revoke): that record is the outcome.
+        return await _stored_outcome(store, msg, result)
     if call.status is EventStatus.FAILED:
         return Outcome(result, error if isinstance(error, BaseException) else rebuild_error(result))
     return Outcome(result, None)
@@ -268,8 +270,16 @@ async def _finish_failed(
         attempt=msg.attempt,
         worker=hostname,
     )
-    await store.finish(result, msg.reply_to)
+    if await store.finish(result, msg.reply_to) is False:
+        return await _stored_outcome(store, msg, result)
     return Outcome(result, exc if status is EventStatus.FAILED else None)
+
+
+async def _stored_outcome(
+    store: AsyncRecordStore, msg: CallMessage, fallback: CallResult
+) -> Outcome:
+    stored = await store.terminal(msg.call_id) or fallback
+    return Outcome(stored, rebuild_error(stored))
 
 
 def failed_event(
