@@ -456,6 +456,16 @@ class EmbeddedFleet:
         if self._stopped:
             return
         self._stopped = True
+        # A second Ctrl-C (or a SIGTERM) must not cut the cleanup short.
+        with _signals_ignored():
+            self._stop_children()
+        if self._previous_sigterm is not None:
+            with contextlib.suppress(ValueError):
+                signal.signal(signal.SIGTERM, self._previous_sigterm)
+            self._previous_sigterm = None
+        atexit.unregister(self.stop)
+
+    def _stop_children(self) -> None:
         # Stop the workers in parallel: SIGTERM both groups, then wait once.
         for proc in self.workers.values():
             if proc.poll() is None:
@@ -476,11 +486,21 @@ class EmbeddedFleet:
             (self.run_dir / "broker_url").unlink()
         if not self._keep_run_dir:
             shutil.rmtree(self.run_dir, ignore_errors=True)
-        if self._previous_sigterm is not None:
-            with contextlib.suppress(ValueError):
-                signal.signal(signal.SIGTERM, self._previous_sigterm)
-            self._previous_sigterm = None
-        atexit.unregister(self.stop)
+
+
+@contextlib.contextmanager
+def _signals_ignored() -> Iterator[None]:
+    previous: dict[signal.Signals, Any] = {}
+    try:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            previous[signum] = signal.signal(signum, signal.SIG_IGN)
+    except ValueError:  # not the main thread, where Python runs signal handlers
+        pass
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def _raise_system_exit(signum: int, frame: FrameType | None) -> None:
