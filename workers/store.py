@@ -53,6 +53,12 @@ return 1
 """
 
 
+_RELEASE_SCRIPT = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+
 @dataclass(frozen=True, slots=True)
 class StartedMarker:
     """Who runs a call: worker hostname, pid, attempt, and the last heartbeat (epoch seconds)."""
@@ -124,6 +130,11 @@ class AsyncRecordStore:
     async def started(self, call_id: str) -> StartedMarker | None:
         raw = await self.client.get(self.keys.started(call_id))
         return None if raw is None else StartedMarker.from_json(raw)
+
+    async def release(self, call_id: str, marker: StartedMarker) -> None:
+        """Drop the started marker if it is still ``marker`` (never someone else's)."""
+        key = self.keys.started(call_id)
+        await self.client.eval(_RELEASE_SCRIPT, 1, key, marker.to_json())
 
     async def take_over(self, call_id: str, marker: StartedMarker) -> None:
         await self.client.set(self.keys.started(call_id), marker.to_json(), ex=self.record_ttl_s)

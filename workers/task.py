@@ -169,7 +169,14 @@ async def _execute(
 
     marker = StartedMarker.now(hostname, msg.attempt)
     holder = await store.claim(msg.call_id, marker)
-    if holder is not None:
+    if holder is None:
+        # A duplicate delivery may have finished between our first look and our claim
+        # (finish() stores the record and drops the marker atomically): look again.
+        stored = await store.terminal(msg.call_id)
+        if stored is not None and stored.attempt >= msg.attempt:
+            await store.release(msg.call_id, marker)
+            return Outcome(stored, rebuild_error(stored))
+    else:
         finished = await _wait_for_live_holder(store, msg, holder)
         if finished is not None:
             return Outcome(finished, rebuild_error(finished))

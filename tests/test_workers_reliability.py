@@ -1,0 +1,135 @@
+"""Issue 3 / C7: JSON only, call_id idempotency, and the worker-lost rule."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import redis
+from celery import Celery
+from kombu import Connection, Exchange, Producer
+
+import tests.sample_tools  # noqa: F401  (registers the tools the workers run)
+from schemas.status import EventStatus
+from tests.fleet import WorkerProcess, collect_replies, make_call, wait_for
+from workers.app import EXECUTE_TASK, settings_of
+from workers.keys import Keys
+from workers.publish import publish_calls
+from workers.registry import registry
+from workers.store import StartedMarker
+
+
+def test_pickle_message_is_refused_and_its_tool_never_runs(
+    sync_worker: WorkerProcess, celery_app: Celery, redis_client: redis.Redis, tmp_path: Path
+) -> None:
+    path = tmp_path / "pickled.txt"
+    message = make_call("append_line", {"path": str(path), "text": "from pickle"})
+    queue = settings_of(celery_app).sync_queue
+    task_message = celery_app.amqp.as_task_v2(
+        message.call_id, EXECUTE_TASK, args=(message.model_dump(mode="json"),)
+    )
+    with Connection(str(celery_app.conf.broker_url)) as conn:
+        Producer(conn).publish(
+            task_message.body,
+            serializer="pickle",
+            headers=task_message.headers,
+            exchange=Exchange(queue, type="direct"),
+            routing_key=queue,
+            declare=[],
+            **task_message.properties,
+        )
+    wait_for(
+        lambda: "Refusing to deserialize untrusted content of type pickle" in sync_worker.log(),
+        timeout_s=15,
+        what="the worker to refuse the pickle message",
+    )
+    # Refused before decoding: no tool ran, no record, no Celery task for the call.
+    assert not path.exists()
+    assert not redis_client.exists(Keys().event(message.call_id))
+    assert not redis_client.exists(Keys().started(message.call_id))
+    assert f"[{message.call_id}] received" not in sync_worker.log()
+
+
+def test_the_same_message_published_twice_runs_the_tool_once(
+    sync_worker: WorkerProcess, celery_app: Celery, redis_client: redis.Redis, tmp_path: Path
+) -> None:
+    path = tmp_path / "once.txt"
+    reply_to = "toolfleet:reply:test-c7-twice"
+    message = make_call("append_line", {"path": str(path), "text": "x"}, reply_to=reply_to)
+    tool = registry.get("append_line")
+    # Both copies are on the queue at once: the sync worker's 4 processes may take both.
+    publish_calls(celery_app, [(message, tool), (message, tool)])
+    (first,) = collect_replies(redis_client, reply_to, 1, timeout_s=15)
+    assert first.status is EventStatus.COMPLETED
+    wait_for(
+        lambda: sync_worker.log().count(f"[{message.call_id}] succeeded") >= 2,
+        timeout_s=15,
+        what="both deliveries to finish",
+    )
+    assert path.read_text() == "x\n"
+    # A third, later delivery returns the stored record (pushed again) and runs nothing.
+    publish_calls(celery_app, [(message, tool)])
+    replies = collect_replies(redis_client, reply_to, 1, timeout_s=15)
+    assert replies[-1].event == first.event
+    assert path.read_text() == "x\n"
+
+
+def _plant_lost_marker(client: redis.Redis, call_id: str) -> None:
+    dead = StartedMarker(worker="ghost@nowhere", pid=1, attempt=0, beat_at=time.time() - 3600)
+    client.set(Keys().started(call_id), dead.to_json())
+
+
+def test_a_call_whose_worker_was_lost_fails_when_not_idempotent(
+    sync_worker: WorkerProcess, celery_app: Celery, redis_client: redis.Redis, tmp_path: Path
+) -> None:
+    path = tmp_path / "lost.txt"
+    reply_to = "toolfleet:reply:test-lost"
+    message = make_call("append_line", {"path": str(path), "text": "x"}, reply_to=reply_to)
+    _plant_lost_marker(redis_client, message.call_id)  # as a worker killed mid-call leaves it
+    publish_calls(celery_app, [(message, registry.get("append_line"))])
+    (result,) = collect_replies(redis_client, reply_to, 1, timeout_s=15)
+    assert result.status is EventStatus.FAILED
+    error = result.execution["error"]
+    assert error["error"] == "WorkerLostError"
+    assert "ghost@nowhere" in error["message"] and "'append_line'" in error["message"]
+    assert "idempotent=True" in error["message"]
+    assert not path.exists()
+    state = celery_app.AsyncResult(message.call_id)
+    wait_for(lambda: state.state == "FAILURE", timeout_s=10, what="Celery state FAILURE")
+
+
+def test_a_call_whose_worker_was_lost_reruns_when_idempotent(
+    async_worker: WorkerProcess,
+    sync_worker: WorkerProcess,
+    celery_app: Celery,
+    redis_client: redis.Redis,
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "rerun.txt"
+    reply_to = "toolfleet:reply:test-rerun"
+    message = make_call(
+        "append_line_idempotent", {"path": str(path), "text": "x"}, reply_to=reply_to
+    )
+    _plant_lost_marker(redis_client, message.call_id)
+    publish_calls(celery_app, [(message, registry.get("append_line_idempotent"))])
+    (result,) = collect_replies(redis_client, reply_to, 1, timeout_s=15)
+    assert result.status is EventStatus.COMPLETED
+    assert path.read_text() == "x\n"
+    assert not redis_client.exists(Keys().started(message.call_id))
+
+
+def test_a_retry_attempt_runs_again_after_a_failed_attempt(
+    sync_worker: WorkerProcess, celery_app: Celery, redis_client: redis.Redis
+) -> None:
+    reply_to = "toolfleet:reply:test-retry"
+    first = make_call("fail", {"message": "first"}, reply_to=reply_to)
+    publish_calls(celery_app, [(first, registry.get("fail"))])
+    (failed,) = collect_replies(redis_client, reply_to, 1, timeout_s=15)
+    assert failed.status is EventStatus.FAILED and failed.attempt == 0
+    retry = first.model_copy(update={"attempt": 1, "arguments": {"message": "second"}})
+    publish_calls(celery_app, [(retry, registry.get("fail"))])
+    (again,) = collect_replies(redis_client, reply_to, 1, timeout_s=15)
+    assert again.attempt == 1
+    assert again.execution["error"]["message"] == "second"
+    state = celery_app.AsyncResult(f"{first.call_id}.1")
+    wait_for(lambda: state.state == "FAILURE", timeout_s=10, what="Celery state FAILURE")
