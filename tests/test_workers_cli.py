@@ -1,0 +1,89 @@
+"""``toolfleet worker``: configuration errors, and warm shutdown on SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import redis
+
+import tests.sample_tools  # noqa: F401  (registers the tools the workers run)
+from schemas.status import EventStatus
+from tests.fleet import REPO_ROOT, collect_replies, make_call, start_worker, wait_for
+from workers.app import create_app
+from workers.keys import Keys
+from workers.publish import publish_calls
+from workers.registry import registry
+from workers.settings import Settings
+
+
+def _toolfleet(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    script = Path(sys.executable).parent / "toolfleet"
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("TOOLFLEET_")}
+    return subprocess.run(
+        [str(script), *args],
+        env={**clean, **env},
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_without_broker_url_exits_2_naming_the_variable() -> None:
+    proc = _toolfleet("worker", "--kind", "sync", env={})
+    assert proc.returncode == 2
+    assert "TOOLFLEET_BROKER_URL" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_a_bad_tool_module_exits_2_naming_it(redis_url: str) -> None:
+    proc = _toolfleet(
+        "worker",
+        "--kind",
+        "async",
+        "--tools",
+        "no_such_tools_mod",
+        env={"TOOLFLEET_BROKER_URL": redis_url},
+    )
+    assert proc.returncode == 2
+    assert "no_such_tools_mod" in proc.stderr and "TOOLFLEET_TOOLS" in proc.stderr
+
+
+def test_help_explains_the_defaults() -> None:
+    proc = _toolfleet("worker", "--help", env={})
+    assert proc.returncode == 0
+    assert "processes per CPU" in proc.stdout and "coroutines in flight" in proc.stdout
+    assert "toolfleet worker --kind async" in proc.stdout
+
+
+def test_sigterm_is_a_warm_shutdown_that_finishes_running_calls(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    # Its own worker on its own queue (not the session's) so it can be stopped mid-call.
+    queue = f"toolfleet.async.warm-{uuid.uuid4().hex[:8]}"
+    worker = start_worker(
+        "async", redis_url=redis_url, concurrency=10, env={"TOOLFLEET_ASYNC_QUEUE": queue}
+    )
+    app = create_app(Settings(broker_url=redis_url, async_queue=queue))
+    try:
+        reply_to = "toolfleet:reply:test-warm-shutdown"
+        message = make_call("sleep_async", {"seconds": 1.5}, reply_to=reply_to)
+        publish_calls(app, [(message, registry.get("sleep_async"))])
+        wait_for(
+            lambda: redis_client.exists(Keys().started(message.call_id)),
+            timeout_s=15,
+            what="the call to start",
+        )
+        os.kill(worker.pid, signal.SIGTERM)
+        assert worker.process.wait(30) == 0
+        (result,) = collect_replies(redis_client, reply_to, 1, timeout_s=5)
+        assert result.status is EventStatus.COMPLETED
+        assert result.worker == worker.hostname
+    finally:
+        worker.stop()
+        app.close()
