@@ -2,12 +2,16 @@
 
 The whole batch is one ``act()``, so every call keeps the ADR-0012 transaction (its own
 authorization, call_id, event and message pair) and the branch history is in input order.
-Progress comes from the session's event observer, which fires as each call's event is
-written; the returned records are the truth the summary counts.
+
+Progress counts each call once, at the first of: its result arriving from a worker (seen
+through :meth:`Fleet.expect`, in completion order) or its event being written (the session's
+observer, in input order; this also covers calls aborted before enqueue). Denied calls have
+neither and are counted when the batch ends; the returned records are the truth.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -19,6 +23,7 @@ from dispatcher.fleet import Fleet
 from dispatcher.session import Gate, Session
 from schemas.action import CallParams
 from schemas.status import EventStatus
+from schemas.wire import CallResult
 from workers.settings import Settings
 
 __all__ = ["BatchResult", "run_batch"]
@@ -37,6 +42,24 @@ _STATUS_OUTCOME: dict[str, Outcome] = {
     EventStatus.COMPLETED.value: "done",
     EventStatus.CANCELLED.value: "cancelled",
 }
+
+
+class _WatchedFleet(Fleet):
+    """A Fleet that reports each call's result the moment the collector receives it."""
+
+    def __init__(self, settings: Settings, on_result: Callable[[str, str], None]) -> None:
+        super().__init__(settings)
+        self._on_result = on_result
+
+    def expect(self, call_id: str, attempt: int) -> asyncio.Future[CallResult]:
+        future = super().expect(call_id, attempt)
+
+        def done(fut: asyncio.Future[CallResult]) -> None:
+            if not fut.cancelled() and fut.exception() is None:
+                self._on_result(call_id, str(fut.result().status.value))
+
+        future.add_done_callback(done)
+        return future
 
 
 def _event_call_id(record: dict[str, Any]) -> str | None:
@@ -65,7 +88,15 @@ async def run_batch(
 ) -> BatchResult:
     """Run every well-formed line as one ``act()``; malformed lines become error records."""
     started = time.monotonic()
-    fleet = Fleet(settings)
+    counted: set[str] = set()
+
+    def count(call_id: str | None, status: str) -> None:
+        if on_progress is None or call_id is None or call_id in counted:
+            return
+        counted.add(call_id)
+        on_progress(_STATUS_OUTCOME.get(status, "failed"))
+
+    fleet = _WatchedFleet(settings, count)
     try:
         session = Session(fleet)
         for gate in gates:
@@ -77,10 +108,8 @@ async def run_batch(
             duration = _event_duration(event_record)
             if call_id is not None and duration is not None:
                 durations[call_id] = duration
-            if on_progress is not None:
-                execution = event_record.get("execution") or {}
-                status = str(execution.get("status", ""))
-                on_progress(_STATUS_OUTCOME.get(status, "failed"))
+            execution = event_record.get("execution") or {}
+            count(call_id, str(execution.get("status", "")))
 
         session.subscribe(observe)
         branch = session.new_branch(id=branch_id)
