@@ -131,6 +131,22 @@ def _fleet_settings(*, start_saved: bool) -> Iterator[tuple[Settings, str]]:
 # -- status ----------------------------------------------------------------------------------
 
 
+def _check_reachable(url: str, settings: Settings) -> None:
+    """Fail fast with the setting to fix; Celery's inspect would retry a dead broker for long."""
+    import redis
+
+    client = redis.Redis.from_url(url, socket_connect_timeout=2.0, socket_timeout=2.0)
+    try:
+        client.ping()
+    except redis.RedisError as exc:
+        raise ConfigurationError(
+            f"the broker {mask_url(str(settings.broker_url))} does not answer ({exc}); check "
+            f"that it is running, or fix {ENV_PREFIX}BROKER_URL"
+        ) from None
+    finally:
+        client.close()
+
+
 def fleet_status(settings: Settings, *, timeout_s: float) -> dict[str, Any]:
     """Workers online (with their running calls), queue depths and calls in flight."""
     import redis
@@ -139,6 +155,7 @@ def fleet_status(settings: Settings, *, timeout_s: float) -> dict[str, Any]:
     from workers.keys import Keys
 
     app = create_app(settings)
+    _check_reachable(redis_url_of(app), settings)
     try:
         active: dict[str, list[dict[str, Any]]] = (
             app.control.inspect(timeout=timeout_s).active() or {}
@@ -215,6 +232,7 @@ def load_history(settings: Settings, branch_id: str) -> tuple[list[Any], list[di
     app = create_app(settings)
     url = redis_url_of(app)
     app.close()
+    _check_reachable(url, settings)
 
     async def load() -> tuple[list[Any], list[dict[str, Any]]]:
         client = aioredis.Redis.from_url(url)
