@@ -14,6 +14,7 @@ __all__ = [
     "add",
     "append_line",
     "append_line_idempotent",
+    "append_then_sleep",
     "echo",
     "fail",
     "fail_async",
@@ -127,3 +128,12 @@ async def whoami_async(delay_s: float = 0.0) -> dict[str, int]:
     if delay_s:
         await asyncio.sleep(delay_s)
     return {"pid": os.getpid(), "thread": threading.get_ident()}
+
+
+@tool
+def append_then_sleep(path: str, seconds: float) -> float:
+    """Leaves a mark, then blocks: lets a test kill its worker mid-call (not idempotent)."""
+    with open(path, "a", encoding="utf-8") as f:
+        f.write("started\n")
+    time.sleep(seconds)
+    return seconds

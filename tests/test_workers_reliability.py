@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 import time
+import uuid
 from pathlib import Path
 
+import pytest
 import redis
 from celery import Celery
 from kombu import Connection, Exchange, Producer
 
 import tests.sample_tools  # noqa: F401  (registers the tools the workers run)
 from schemas.status import EventStatus
-from tests.fleet import WorkerProcess, collect_replies, make_call, wait_for
-from workers.app import EXECUTE_TASK, settings_of
+from tests.fleet import WorkerProcess, collect_replies, make_call, start_worker, wait_for
+from workers.app import EXECUTE_TASK, create_app, settings_of
 from workers.keys import Keys
 from workers.publish import publish_calls
 from workers.registry import registry
+from workers.settings import Settings
 from workers.store import StartedMarker
 
 
@@ -133,3 +136,35 @@ def test_a_retry_attempt_runs_again_after_a_failed_attempt(
     assert again.execution["error"]["message"] == "second"
     state = celery_app.AsyncResult(f"{first.call_id}.1")
     wait_for(lambda: state.state == "FAILURE", timeout_s=10, what="Celery state FAILURE")
+
+
+@pytest.mark.slow
+def test_a_worker_killed_mid_call_leaves_a_call_that_fails_as_worker_lost(
+    redis_url: str, redis_client: redis.Redis, tmp_path: Path
+) -> None:
+    """A real crash: SIGKILL the worker while a non-idempotent tool runs; the redelivered
+    message must end FAILED (WorkerLostError), never run the tool a second time."""
+    queue = f"toolfleet.sync.crash-{uuid.uuid4().hex[:8]}"
+    # A short visibility timeout so Redis redelivers the unacked message within the test.
+    env = {"TOOLFLEET_SYNC_QUEUE": queue, "TOOLFLEET_VISIBILITY_TIMEOUT_S": "2"}
+    app = create_app(Settings(broker_url=redis_url, sync_queue=queue))
+    path = tmp_path / "crash.txt"
+    reply_to = "toolfleet:reply:test-crash"
+    message = make_call("append_then_sleep", {"path": str(path), "seconds": 60}, reply_to=reply_to)
+    first = start_worker("sync", redis_url=redis_url, concurrency=1, env=env)
+    second = None
+    try:
+        publish_calls(app, [(message, registry.get("append_then_sleep"))])
+        wait_for(lambda: path.exists(), timeout_s=15, what="the tool to start its side effect")
+        first.kill()
+        second = start_worker("sync", redis_url=redis_url, concurrency=1, env=env)
+        (result,) = collect_replies(redis_client, reply_to, 1, timeout_s=45)
+        assert result.status is EventStatus.FAILED
+        assert result.execution["error"]["error"] == "WorkerLostError"
+        assert first.hostname in result.execution["error"]["message"]
+        assert path.read_text() == "started\n"  # the tool's effect happened once
+    finally:
+        first.stop()
+        if second is not None:
+            second.stop()
+        app.close()

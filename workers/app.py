@@ -53,7 +53,7 @@ def create_app(settings: Settings, *, registry: Registry = registry) -> Celery:
         task_acks_late=True,
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=settings.sync_prefetch,
-        broker_transport_options={"visibility_timeout": settings.visibility_timeout_s},
+        broker_transport_options=_transport_options(settings),
         result_backend_transport_options={"visibility_timeout": settings.visibility_timeout_s},
         task_default_queue=settings.sync_queue,
         # Each queue on its own direct exchange: a bare Queue(name) would be bound to the
@@ -73,6 +73,17 @@ def create_app(settings: Settings, *, registry: Registry = registry) -> Celery:
     register_execute_many_task(app)
     _load_tools_at_worker_start(app)
     return app
+
+
+def _transport_options(settings: Settings) -> dict[str, float]:
+    # kombu sweeps unacked messages back to their queue only every interval x throttle
+    # seconds (100 s by default); scale the sweep to the visibility timeout instead, so a
+    # short timeout (tests, short tools) redelivers a dead worker's calls promptly.
+    return {
+        "visibility_timeout": settings.visibility_timeout_s,
+        "unacked_restore_interval": max(1.0, min(10.0, settings.visibility_timeout_s / 2)),
+        "unacked_restore_throttle": 1,
+    }
 
 
 def _queue(name: str) -> Queue:
