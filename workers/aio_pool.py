@@ -404,7 +404,11 @@ def _exception_info(error: BaseException) -> ExceptionInfo:
     try:
         raise error
     except BaseException:
-        return ExceptionInfo()
+        einfo = ExceptionInfo()
+    # Unwrapped, as a prefork child's einfo is after unpickling: Celery's task-failed event
+    # is repr(einfo.exception), and Flower must show the tool's exception, not the wrapper.
+    einfo.exception = error
+    return einfo
 
 
 def _quiet(func: Callable[..., Any]) -> Callable[..., None]:
