@@ -8,23 +8,52 @@ otherwise and keeps its task history in a state file in the run directory.
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from celery import states
+from celery.events.state import Task
+
 from dispatcher.embedded import run_dir, running_broker_url
 from schemas.errors import ConfigurationError
 from workers.settings import ENV_PREFIX, Settings
 
-__all__ = ["STATE_FILE_NAME", "flower_argv", "register", "resolve_broker_url", "state_file"]
+__all__ = [
+    "STATE_FILE_NAME",
+    "ToolTask",
+    "flower_argv",
+    "name_calls_by_tool",
+    "register",
+    "resolve_broker_url",
+    "state_file",
+]
 
 STATE_FILE_NAME = "flower-state.db"
 # Flower saves its state on shutdown; a periodic save bounds what a crash (SIGKILL) loses.
 _STATE_SAVE_INTERVAL_MS = 60_000
 _LOOPBACK = {"127.0.0.1", "::1", "localhost"}
+# workers.publish shows a call as repr(({'call_id': ..., 'branch_id': ..., 'function': ...},)).
+_FUNCTION_IN_ARGSREPR = re.compile(r"'function': '([^'\\]+)'")
+
+
+class ToolTask(Task):
+    """Flower's record of one call; a late ``task-sent`` cannot rename it.
+
+    The dispatcher's task-sent event and the worker's task-received event travel on different
+    connections, so the received one can arrive first. Celery then merges every field of the
+    logically earlier sent event, including its name, the real task name
+    ``toolfleet.execute``, over the tool name the worker announced. Module level, so Flower's
+    persistent state can pickle it.
+    """
+
+    merge_rules = {
+        **Task.merge_rules,
+        states.PENDING: ("args", "kwargs", "retries", "eta", "expires", "root_id", "parent_id"),
+    }
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
@@ -165,6 +194,7 @@ def _serve(celery_app: Any, argv: list[str]) -> None:
     flower_command.setup_logging()
 
     flower_app = Flower(capp=celery_app, options=options, **flower_settings)
+    name_calls_by_tool(flower_app.events.state)
     # SIGTERM → SystemExit → stop(), which saves the persistent state.
     signal.signal(signal.SIGTERM, flower_command.sigterm_handler)
     port = flower_app.start_http_server()
@@ -182,19 +212,34 @@ def _serve(celery_app: Any, argv: list[str]) -> None:
         flower_app.stop()
 
 
+def name_calls_by_tool(state: Any) -> None:
+    """Make Flower's event state name every call ``tool:<function>``, whatever event came first.
+
+    Celery puts the real task name in task-sent events (the worker's events carry the shadow
+    name), so a call still queued would show as ``toolfleet.execute`` and be counted under that
+    name in ``/metrics``; its function is read back from the redacted argsrepr instead.
+    """
+    from workers.app import EXECUTE_TASK
+
+    state.Task = ToolTask
+    apply_event = state.event
+
+    def event(event: dict[str, Any]) -> Any:
+        if event.get("type") == "task-sent" and event.get("name") == EXECUTE_TASK:
+            match = _FUNCTION_IN_ARGSREPR.search(str(event.get("args") or ""))
+            if match is not None:
+                event = {**event, "name": f"tool:{match[1]}"}
+        return apply_event(event)
+
+    state.event = event
+
+
 def _celery_app(settings: Settings, broker_url: str) -> Any:
     """The workers' Celery app configuration, pointed at ``broker_url``."""
     resolved = settings.model_copy(update={"broker_url": broker_url})
-    try:
-        app_module = importlib.import_module("workers.app")
-    except ImportError:
-        # workers.app not installed yet: a plain JSON-only app still decodes task events.
-        from celery import Celery
+    from workers.app import create_app
 
-        app = Celery("toolfleet", broker=broker_url, set_as_current=False)
-        app.conf.accept_content = ["json"]
-        return app
-    return app_module.create_app(resolved)
+    return create_app(resolved)
 
 
 def _without_password(url: str) -> str:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from celery.events.state import State
 
 from dispatcher import flower_cli
 from dispatcher.cli import EXIT_USAGE
@@ -224,3 +225,46 @@ def _non_loopback_address() -> str | None:
     except OSError:
         return None
     return None if address.startswith("127.") else address
+
+
+def _task_event(type_: str, name: str, **fields: object) -> dict[str, object]:
+    return {
+        "type": type_,
+        "uuid": "call-1",
+        "name": name,
+        "hostname": "sync-1@host",
+        "timestamp": time.time(),
+        "local_received": time.time(),
+        "clock": 1,
+        **fields,
+    }
+
+
+_ARGSREPR = "({'call_id': 'call-1', 'branch_id': 'b-1', 'function': 'add', 'arguments': {}},)"
+
+
+def test_a_late_task_sent_event_does_not_rename_the_call() -> None:
+    # The worker's task-received (shadow name) can overtake the dispatcher's task-sent
+    # (real task name): the call must keep its tool name either way.
+    for sent_name in ("toolfleet.execute", "some.other.name"):
+        state = State()
+        flower_cli.name_calls_by_tool(state)
+        state.event(_task_event("task-received", "tool:add", args=_ARGSREPR))
+        state.event(_task_event("task-sent", sent_name, args=_ARGSREPR))
+        task = state.tasks["call-1"]
+        assert task.name == "tool:add"
+        assert task.state == "RECEIVED"
+        assert task.sent is not None
+
+
+def test_a_queued_call_is_named_for_its_tool() -> None:
+    state = State()
+    flower_cli.name_calls_by_tool(state)
+    state.event(_task_event("task-sent", "toolfleet.execute", args=_ARGSREPR))
+    assert state.tasks["call-1"].name == "tool:add"
+    assert state.tasks["call-1"].state == "PENDING"
+    # Unknown argument shapes are left alone rather than guessed.
+    other = State()
+    flower_cli.name_calls_by_tool(other)
+    other.event(_task_event("task-sent", "toolfleet.execute", args="('opaque',)"))
+    assert other.tasks["call-1"].name == "toolfleet.execute"
