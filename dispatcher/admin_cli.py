@@ -16,12 +16,12 @@ import shutil
 import sys
 from collections.abc import Iterator
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from dispatcher.broker_probe import check_reachable, mask_url
 from schemas.errors import ConfigurationError
 from workers.settings import ENV_PREFIX, Settings
 
@@ -85,16 +85,6 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     history.set_defaults(func=_history)
 
 
-def mask_url(url: str) -> str:
-    """``url`` with its password replaced by ``***``, for printing."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rsplit("@", 1)[1]
-    user = parts.username or ""
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc}"))
-
-
 @contextlib.contextmanager
 def _fleet_settings(*, start_saved: bool) -> Iterator[tuple[Settings, str]]:
     """Settings with a broker URL, and a description of where it came from."""
@@ -131,22 +121,6 @@ def _fleet_settings(*, start_saved: bool) -> Iterator[tuple[Settings, str]]:
 # -- status ----------------------------------------------------------------------------------
 
 
-def _check_reachable(url: str, settings: Settings) -> None:
-    """Fail fast with the setting to fix; Celery's inspect would retry a dead broker for long."""
-    import redis
-
-    client = redis.Redis.from_url(url, socket_connect_timeout=2.0, socket_timeout=2.0)
-    try:
-        client.ping()
-    except redis.RedisError as exc:
-        raise ConfigurationError(
-            f"the broker {mask_url(str(settings.broker_url))} does not answer ({exc}); check "
-            f"that it is running, or fix {ENV_PREFIX}BROKER_URL"
-        ) from None
-    finally:
-        client.close()
-
-
 def fleet_status(settings: Settings, *, timeout_s: float) -> dict[str, Any]:
     """Workers online (with their running calls), queue depths and calls in flight."""
     import redis
@@ -155,7 +129,7 @@ def fleet_status(settings: Settings, *, timeout_s: float) -> dict[str, Any]:
     from workers.keys import Keys
 
     app = create_app(settings)
-    _check_reachable(redis_url_of(app), settings)
+    check_reachable(redis_url_of(app), settings.broker_url)
     try:
         active: dict[str, list[dict[str, Any]]] = (
             app.control.inspect(timeout=timeout_s).active() or {}
@@ -232,7 +206,7 @@ def load_history(settings: Settings, branch_id: str) -> tuple[list[Any], list[di
     app = create_app(settings)
     url = redis_url_of(app)
     app.close()
-    _check_reachable(url, settings)
+    check_reachable(url, settings.broker_url)
 
     async def load() -> tuple[list[Any], list[dict[str, Any]]]:
         client = aioredis.Redis.from_url(url)

@@ -248,6 +248,8 @@ def _execute(
     else:
         fleet_cm = resolve_fleet(tools)
     with fleet_cm as settings:
+        if not embedded_only and Settings.from_env().broker_url:
+            _check_external_broker(settings)
         # Created once the fleet is up, so calls/s and the ETA count only the calls.
         progress = BatchProgress(len(lines), console, enabled=show_progress)
         with progress:
@@ -263,6 +265,17 @@ def _execute(
             )
             progress.finish(result.records)
     return result.branch_id, result.records, result.elapsed_s
+
+
+def _check_external_broker(settings: Any) -> None:
+    from dispatcher.broker_probe import check_reachable
+    from workers.app import create_app, redis_url_of
+
+    app = create_app(settings)
+    try:
+        check_reachable(redis_url_of(app), settings.broker_url)
+    finally:
+        app.close()
 
 
 def _demo(args: argparse.Namespace) -> int:

@@ -46,8 +46,7 @@ def test_usage_and_configuration_errors_exit_2(tmp_path: Path) -> None:
     _one_line_error(toolfleet("status", home=tmp_path), "TOOLFLEET_BROKER_URL")
     # A broker that does not answer is named (password masked), not retried for minutes.
     dead = {"TOOLFLEET_BROKER_URL": "redis://:pw@127.0.0.1:1/0"}
-    for command in ("status", "history"):
-        args = (command,) if command == "status" else (command, "some-branch")
+    for args in (("status",), ("history", "some-branch"), ("run", str(batch), "--tools", "m")):
         proc = toolfleet(*args, home=tmp_path, env=dead, timeout_s=30)
         _one_line_error(proc, "127.0.0.1:1", "does not answer", "TOOLFLEET_BROKER_URL")
         assert ":pw@" not in proc.stderr
