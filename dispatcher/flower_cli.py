@@ -26,10 +26,10 @@ __all__ = [
     "STATE_FILE_NAME",
     "ToolTask",
     "flower_argv",
-    "name_calls_by_tool",
     "register",
     "resolve_broker_url",
     "state_file",
+    "track_calls",
 ]
 
 STATE_FILE_NAME = "flower-state.db"
@@ -194,7 +194,7 @@ def _serve(celery_app: Any, argv: list[str]) -> None:
     flower_command.setup_logging()
 
     flower_app = Flower(capp=celery_app, options=options, **flower_settings)
-    name_calls_by_tool(flower_app.events.state)
+    track_calls(flower_app.events.state)
     # SIGTERM → SystemExit → stop(), which saves the persistent state.
     signal.signal(signal.SIGTERM, flower_command.sigterm_handler)
     port = flower_app.start_http_server()
@@ -212,12 +212,14 @@ def _serve(celery_app: Any, argv: list[str]) -> None:
         flower_app.stop()
 
 
-def name_calls_by_tool(state: Any) -> None:
-    """Make Flower's event state name every call ``tool:<function>``, whatever event came first.
+def track_calls(state: Any) -> None:
+    """Adapt Flower's event state to calls: named ``tool:<function>``, runtime on failures too.
 
     Celery puts the real task name in task-sent events (the worker's events carry the shadow
     name), so a call still queued would show as ``toolfleet.execute`` and be counted under that
-    name in ``/metrics``; its function is read back from the redacted argsrepr instead.
+    name in ``/metrics``; its function is read back from the redacted argsrepr instead. Celery's
+    task-failed event has no runtime, so a failed call's runtime is its started-to-failed time
+    (both stamped by the worker); the Prometheus runtime histogram stays successes-only.
     """
     from workers.app import EXECUTE_TASK
 
@@ -229,7 +231,12 @@ def name_calls_by_tool(state: Any) -> None:
             match = _FUNCTION_IN_ARGSREPR.search(str(event.get("args") or ""))
             if match is not None:
                 event = {**event, "name": f"tool:{match[1]}"}
-        return apply_event(event)
+        applied = apply_event(event)
+        if event.get("type") == "task-failed":
+            task = state.tasks.get(event.get("uuid"))
+            if task is not None and task.runtime is None and task.started and task.failed:
+                task.runtime = max(0.0, task.failed - task.started)
+        return applied
 
     state.event = event
 

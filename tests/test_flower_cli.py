@@ -248,7 +248,7 @@ def test_a_late_task_sent_event_does_not_rename_the_call() -> None:
     # (real task name): the call must keep its tool name either way.
     for sent_name in ("toolfleet.execute", "some.other.name"):
         state = State()
-        flower_cli.name_calls_by_tool(state)
+        flower_cli.track_calls(state)
         state.event(_task_event("task-received", "tool:add", args=_ARGSREPR))
         state.event(_task_event("task-sent", sent_name, args=_ARGSREPR))
         task = state.tasks["call-1"]
@@ -259,12 +259,23 @@ def test_a_late_task_sent_event_does_not_rename_the_call() -> None:
 
 def test_a_queued_call_is_named_for_its_tool() -> None:
     state = State()
-    flower_cli.name_calls_by_tool(state)
+    flower_cli.track_calls(state)
     state.event(_task_event("task-sent", "toolfleet.execute", args=_ARGSREPR))
     assert state.tasks["call-1"].name == "tool:add"
     assert state.tasks["call-1"].state == "PENDING"
     # Unknown argument shapes are left alone rather than guessed.
     other = State()
-    flower_cli.name_calls_by_tool(other)
+    flower_cli.track_calls(other)
     other.event(_task_event("task-sent", "toolfleet.execute", args="('opaque',)"))
     assert other.tasks["call-1"].name == "toolfleet.execute"
+
+
+def test_a_failed_call_gets_its_started_to_failed_runtime() -> None:
+    state = State()
+    flower_cli.track_calls(state)
+    state.event(_task_event("task-received", "tool:fail", args=_ARGSREPR, timestamp=100.0))
+    state.event(_task_event("task-started", "", timestamp=100.5))
+    state.event(_task_event("task-failed", "", exception="ValueError('x')", timestamp=102.0))
+    task = state.tasks["call-1"]
+    assert task.state == "FAILURE"
+    assert task.runtime == pytest.approx(1.5)

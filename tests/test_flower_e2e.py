@@ -11,13 +11,13 @@ import asyncio
 import json
 import re
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
-from dispatcher import Branch, Fleet
+from dispatcher import Branch, Fleet, HookPoint
 from schemas.action import ActionResponseModel
 from schemas.status import EventStatus
 from tests.fleet import WorkerProcess, wait_for
@@ -137,8 +137,10 @@ def test_each_call_is_its_own_flower_task(observed: Observed, index: int) -> Non
     assert result.call_id in task["args"]
     assert task["received"] and task["started"]
 
+    assert task["runtime"] is not None and task["runtime"] > 0
+    if expected.function.startswith("slow_"):
+        assert task["runtime"] >= 0.4  # stopped by its 0.5 s timeout, not before
     if expected.state == "SUCCESS":
-        assert task["runtime"] is not None and task["runtime"] > 0
         assert task["exception"] is None
         assert task["succeeded"] >= task["started"]
     else:
@@ -256,3 +258,54 @@ def _parse_metrics(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], f
         labels = tuple(sorted(_LABEL.findall(match["labels"] or "")))
         samples[(match["name"], labels)] = float(match["value"])
     return samples
+
+
+def test_a_cancelled_call_is_revoked_in_flower(
+    flower: FlowerProcess, fleet_settings: Settings, async_worker: WorkerProcess
+) -> None:
+    """C9/C10: cancelling act() cancels the running async call; Flower shows REVOKED."""
+    started: list[str] = []
+
+    async def act_then_cancel() -> str:
+        async with Fleet(fleet_settings) as fleet:
+            branch = Branch(fleet=fleet)
+            branch.hooks.on(HookPoint.TOOL_PRE, lambda payload: started.append(payload["call_id"]))
+            act = asyncio.create_task(
+                branch.act([{"function": "sleep_async", "arguments": {"seconds": 60}}])
+            )
+            call_id = await _until(lambda: started[0] if started else None, "TOOL_PRE")
+            # Cancel only once the worker runs it, so this is the running-call path.
+            await _until(
+                lambda: _state(flower, call_id) == "STARTED", "Flower to show the call STARTED"
+            )
+            act.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await act
+            return call_id
+
+    call_id = asyncio.run(act_then_cancel())
+    wait_for(
+        lambda: _state(flower, call_id) == "REVOKED",
+        timeout_s=_FLOWER_EVENTS_TIMEOUT_S,
+        interval_s=0.2,
+        what=f"Flower to show call {call_id} REVOKED",
+    )
+    task = _api(flower, f"/api/task/info/{call_id}")
+    assert task["name"] == "tool:sleep_async"
+    assert task["worker"] == async_worker.hostname
+
+
+async def _until(predicate: Callable[[], Any], what: str) -> Any:
+    deadline = asyncio.get_running_loop().time() + _FLOWER_EVENTS_TIMEOUT_S
+    while True:
+        value = await asyncio.to_thread(predicate)
+        if value:
+            return value
+        if asyncio.get_running_loop().time() > deadline:
+            raise TimeoutError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+def _state(flower: FlowerProcess, call_id: str) -> str | None:
+    task = _api(flower, f"/api/task/info/{call_id}")
+    return None if task is None else str(task.get("state"))
