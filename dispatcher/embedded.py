@@ -42,6 +42,7 @@ __all__ = [
     "EmbeddedRedis",
     "find_redis_server",
     "live_fleets",
+    "redis_py_url",
     "resolve_fleet",
     "run_dir",
     "running_broker_url",
@@ -50,6 +51,8 @@ __all__ = [
 BROKER_ENV = ENV_PREFIX + "BROKER_URL"
 _PR_SET_PDEATHSIG = 1
 _POLL_S = 0.02
+# sun_path is 108 bytes on Linux, including the terminating NUL.
+_MAX_SOCKET_PATH_BYTES = 104
 
 
 def run_dir(settings: Settings | None = None) -> Path:
@@ -175,10 +178,13 @@ def _tail(path: Path, lines: int = 15) -> str:
 
 @dataclass
 class EmbeddedRedis:
-    """A private redis-server on a free 127.0.0.1 port, protected by a random password.
+    """A private redis-server on a Unix socket in ``run_dir`` (mode 0700: only this user can
+    connect), which Celery reaches as ``redis+socket:///<run_dir>/redis.sock``.
 
-    ``persist=True`` keeps the data in ``data_dir`` across runs when no other toolfleet process
-    holds it; otherwise the data lives only as long as this server.
+    When the socket path is too long for the kernel (about 107 bytes) it listens on a free
+    127.0.0.1 port instead, protected by a random password. With a ``data_dir`` the data is
+    kept there across runs when no other toolfleet process holds it; otherwise it lives only
+    as long as this server.
     """
 
     run_dir: Path
@@ -200,30 +206,45 @@ class EmbeddedRedis:
     def pid(self) -> int | None:
         return self._proc.pid if self._proc else None
 
+    @property
+    def socket_path(self) -> Path:
+        return self.run_dir / "redis.sock"
+
+    @property
+    def client_url(self) -> str:
+        """The URL redis-py understands (it spells a socket ``unix://``)."""
+        return redis_py_url(self.url)
+
     def start(self) -> str:
-        """Start the server and return its URL once it answers PING."""
+        """Start the server and return its (kombu) URL once it answers PING."""
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.run_dir, 0o700)
         dir_for_data = self._claim_data_dir()
-        password = secrets.token_hex(16)
         self._log = open(self.log_path, "ab")
+        common = [
+            "--dir", str(dir_for_data),
+            "--dbfilename", "dump.rdb",
+            "--save", "",
+            "--appendonly", "no",
+            "--daemonize", "no",
+            "--logfile", "",
+        ]  # fmt: skip
         last_error = ""
         for _attempt in range(3):
-            port = _free_port()
-            argv = [
-                find_redis_server(),
-                "--bind", "127.0.0.1",
-                "--port", str(port),
-                "--requirepass", password,
-                "--dir", str(dir_for_data),
-                "--dbfilename", "dump.rdb",
-                "--save", "",
-                "--appendonly", "no",
-                "--daemonize", "no",
-                "--logfile", "",
-            ]  # fmt: skip
-            self._proc = _spawn(argv, log=self._log, env=dict(os.environ))
-            url = f"redis://:{password}@127.0.0.1:{port}/0"
-            last_error = self._wait_ready(url)
+            if len(os.fsencode(self.socket_path)) < _MAX_SOCKET_PATH_BYTES:
+                self.socket_path.unlink(missing_ok=True)
+                listen = ["--port", "0", "--unixsocket", str(self.socket_path)]
+                listen += ["--unixsocketperm", "700"]
+                url = f"redis+socket://{self.socket_path}"
+            else:
+                password = secrets.token_hex(16)
+                port = _free_port()
+                listen = ["--bind", "127.0.0.1", "--port", str(port), "--requirepass", password]
+                url = f"redis://:{password}@127.0.0.1:{port}/0"
+            self._proc = _spawn(
+                [find_redis_server(), *listen, *common], log=self._log, env=dict(os.environ)
+            )
+            last_error = self._wait_ready(redis_py_url(url))
             if not last_error:
                 self.url = url
                 return url
@@ -276,11 +297,12 @@ class EmbeddedRedis:
         if proc is not None and proc.poll() is None and self.url:
             if self.persistent and self.save_on_stop:
                 with contextlib.suppress(redis.RedisError):
-                    client = redis.Redis.from_url(self.url, socket_timeout=5.0)
+                    client = redis.Redis.from_url(self.client_url, socket_timeout=5.0)
                     client.shutdown(save=True)
             else:
                 with contextlib.suppress(redis.RedisError):
-                    redis.Redis.from_url(self.url, socket_timeout=1.0).shutdown(nosave=True)
+                    client = redis.Redis.from_url(self.client_url, socket_timeout=1.0)
+                    client.shutdown(nosave=True)
         if proc is not None:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=5.0)
@@ -293,9 +315,17 @@ class EmbeddedRedis:
             self._log = None
 
 
+def redis_py_url(url: str) -> str:
+    """``url`` as redis-py spells it: kombu's ``redis+socket:///path`` is ``unix:///path``."""
+    for prefix in ("redis+socket://", "socket://"):
+        if url.startswith(prefix):
+            return "unix://" + url[len(prefix) :]
+    return url
+
+
 def purge_queues(url: str, settings: Settings) -> None:
     """Drop calls left queued or unacked by an interrupted earlier run: their caller is gone."""
-    client = redis.Redis.from_url(url)
+    client = redis.Redis.from_url(redis_py_url(url))
     try:
         doomed: list[bytes | str] = []
         for queue in (settings.sync_queue, settings.async_queue):

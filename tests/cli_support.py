@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 __all__ = [
     "REPO_ROOT",
@@ -19,7 +20,7 @@ __all__ = [
     "no_processes_left",
     "processes_with_home",
     "read_jsonl",
-    "redis_pids_on_port",
+    "redis_pids_for",
     "toolfleet",
     "toolfleet_argv",
     "wait_until",
@@ -85,10 +86,13 @@ def processes_with_home(home: Path) -> list[int]:
     return found
 
 
-def redis_pids_on_port(port: int) -> list[int]:
-    """PIDs of redis-server processes serving 127.0.0.1:<port>. Redis rewrites its process
-    title over its environment, so it is found by that title, not by HOME."""
-    title = f"127.0.0.1:{port}".encode()
+def redis_pids_for(broker_url: str) -> list[int]:
+    """PIDs of the redis-server behind an embedded ``broker_url``. Redis rewrites its process
+    title over its environment, so it is found by that title (its socket or port), not HOME."""
+    if broker_url.startswith("redis+socket://"):
+        title = ("unixsocket:" + broker_url[len("redis+socket://") :]).encode()
+    else:
+        title = f"127.0.0.1:{urlsplit(broker_url).port}".encode()
     found: list[int] = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():

@@ -7,17 +7,19 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import stat
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 import redis
 
 from dispatcher.batch_file import BatchLine
 from dispatcher.batch_runner import run_batch
-from dispatcher.embedded import EmbeddedFleet, live_fleets, resolve_fleet
+from dispatcher.embedded import EmbeddedFleet, EmbeddedRedis, live_fleets, resolve_fleet
 from schemas.errors import EmbeddedStartError
 from tests.cli_support import REPO_ROOT, cli_env, wait_until
 from workers.settings import Settings
@@ -50,9 +52,10 @@ def test_embedded_fleet_runs_calls_and_stops_every_process(tmp_path: Path) -> No
     base = Settings(run_dir=str(tmp_path / "tf"))
     fleet = EmbeddedFleet(tools=["tests.sample_tools"], base=base)
     with fleet as settings:
-        assert settings.broker_url and settings.broker_url.startswith("redis://:")
+        assert settings.broker_url == f"redis+socket://{fleet.run_dir}/redis.sock"
         assert settings.tools == ("tests.sample_tools",)
-        assert redis.Redis.from_url(settings.broker_url).ping()
+        assert redis.Redis(unix_socket_path=str(fleet.redis.socket_path)).ping()
+        assert stat.S_IMODE(fleet.redis.socket_path.stat().st_mode) == 0o700
         pids = fleet.pids()
         assert len(pids) == 3 and all(_alive(pid) for pid in pids)
         groups = {proc.pid for proc in fleet.workers.values()}
@@ -89,6 +92,21 @@ def test_a_worker_that_cannot_start_is_a_clear_error(tmp_path: Path) -> None:
     assert "no_such_tool_module_xyz" in message  # the log's tail says what went wrong
     assert fleet.pids() == []
     assert fleet.run_dir.exists()  # kept: the message points at its logs
+
+
+def test_a_socket_path_too_long_falls_back_to_a_loopback_port(tmp_path: Path) -> None:
+    deep = tmp_path / ("d" * 100)
+    server = EmbeddedRedis(run_dir=deep)
+    url = server.start()
+    try:
+        parts = urlsplit(url)
+        assert parts.hostname == "127.0.0.1" and parts.password
+        assert redis.Redis.from_url(url).ping()
+        with pytest.raises(redis.AuthenticationError):
+            redis.Redis(host="127.0.0.1", port=parts.port).ping()
+    finally:
+        server.stop()
+    assert server.pid is None
 
 
 def test_resolve_fleet_uses_the_external_broker_when_set(redis_url: str) -> None:
