@@ -17,7 +17,9 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
+from dispatcher.cancel import Settler, cancelled_error, settle_calls, stopped_result
 from dispatcher.context import CallContext
+from dispatcher.deadline import Deadline
 from dispatcher.envelope import Envelope, normalize
 from dispatcher.history import Unit, link_pair
 from dispatcher.hooks import HookPoint
@@ -31,6 +33,7 @@ from schemas.errors import (
     MalformedRequestError,
     NotJSONError,
     OversizedArgumentsError,
+    ToolTimeoutError,
     UnknownToolError,
 )
 from schemas.execution import Execution
@@ -92,6 +95,12 @@ class Batch:
         self._stopped = False
         self._throttle_lock = asyncio.Lock()
         self._last_start_s: float | None = None
+        # Deadlines and cancellation (issue 7): the batch clock starts now; the contexts and
+        # in-flight messages let a cancelled batch record and revoke what is unfinished.
+        self._deadline = Deadline.start(self.params)
+        self._settler = Settler(fleet)
+        self._contexts: dict[int, CallContext] = {}
+        self._inflight: dict[str, CallMessage] = {}
 
     def _envelopes(self, requests: Any) -> list[Envelope | MalformedRequestError]:
         if not isinstance(requests, list | tuple):
@@ -114,6 +123,10 @@ class Batch:
                 units = await self._run_sequential()
             else:
                 units = await self._run_concurrent()
+        except asyncio.CancelledError:
+            # C9: shielded, so a second cancel cannot leave the batch half-recorded.
+            await asyncio.shield(self._finish_cancelled())
+            raise
         finally:
             await self._publisher.aclose()
         results: list[Any] = []
@@ -136,7 +149,7 @@ class Batch:
     async def _run_sequential(self) -> list[Unit | None]:
         units: list[Unit | None] = [None] * len(self.items)
         for index, item in enumerate(self.items):
-            unit = await self._transact(item)
+            unit = await self._transact(item, index)
             units[index] = unit
             await self._complete(index, unit)
             if self._stops_batch(unit):
@@ -159,7 +172,7 @@ class Batch:
     async def _windowed(self, index: int, item: Envelope | MalformedRequestError) -> Unit | None:
         # C8: the window bounds calls in their transaction, from authorization to result.
         async with self._window:
-            unit = None if self._stopped else await self._transact(item)
+            unit = None if self._stopped else await self._transact(item, index)
         if unit is not None and self._stops_batch(unit):
             self._stopped = True
         await self._complete(index, unit)
@@ -185,7 +198,7 @@ class Batch:
 
     # -- one call ----------------------------------------------------------------------
 
-    async def _transact(self, item: Envelope | MalformedRequestError) -> Unit:
+    async def _transact(self, item: Envelope | MalformedRequestError, index: int = -1) -> Unit:
         branch_id = self.branch.id
         if isinstance(item, MalformedRequestError):
             ctx = CallContext(function="", arguments={}, branch_id=branch_id)
@@ -203,6 +216,7 @@ class Batch:
                 ctx = CallContext(item.function, dict.fromkeys(raw, REDACTED), branch_id)
             return self._aborted(ctx, exc)
         ctx = CallContext(item.function, arguments, branch_id, tool=tool)
+        self._contexts[index] = ctx
         if self.verbose:
             log.info(
                 "branch %s: call %s %s(%s)",
@@ -251,6 +265,7 @@ class Batch:
                 result.status is EventStatus.FAILED
                 and attempt < self.params.retry_attempts
                 and not self._stopped
+                and not self._deadline.expired()
             ):
                 if delay_s > 0:
                     await asyncio.sleep(delay_s)
@@ -270,13 +285,82 @@ class Batch:
             attempt=attempt,
             reply_to=self.fleet.reply_key,
         )
+        if self._deadline.expired():
+            # The batch deadline passed while this call waited for the window: never enqueued.
+            error = self._deadline.error(message, by_batch=True)
+            return stopped_result(message, ctx.tool, error, EventStatus.FAILED)
         future = self.fleet.expect(ctx.call_id, attempt)
+        self._inflight[ctx.call_id] = message
         try:
             await self._publisher.submit(message, ctx.tool)
-            return await future
+            result = await self._deadline.wait(future, message)
+        except ToolTimeoutError as exc:
+            # A straggler: recorded FAILED and revoked, so the batch can return (issue 7).
+            self.fleet.collector.forget(ctx.call_id, attempt)
+            result = await self._settler.settle(message, ctx.tool, exc)
         except BaseException:
             self.fleet.collector.forget(ctx.call_id, attempt)
             raise
+        self._inflight.pop(ctx.call_id, None)
+        return result
+
+    async def _finish_cancelled(self) -> None:
+        """C9: write every call not yet written, in input order, then let CancelledError go.
+
+        Finished calls keep their results; every unfinished call is recorded CANCELLED
+        (queued ones revoked, running async ones cancelled on their workers).
+        """
+        async with self._write_lock:
+            stopped: list[tuple[int, CallContext, CallMessage]] = []
+            units: dict[int, Unit | None] = {}
+            for index in range(self._next_write, len(self.items)):
+                if index in self._ready:
+                    units[index] = self._ready.pop(index)
+                    continue
+                ctx = self._contexts.get(index)
+                if ctx is None:
+                    units[index] = self._unstarted_unit(self.items[index])
+                    continue
+                message = self._inflight.get(ctx.call_id) or CallMessage(
+                    call_id=ctx.call_id,
+                    branch_id=ctx.branch_id,
+                    function=ctx.function,
+                    arguments=ctx.arguments,
+                )
+                stopped.append((index, ctx, message))
+            records = await settle_calls(
+                self.fleet,
+                [(message, ctx.tool) for _, ctx, message in stopped],
+                cancelled_error,
+                EventStatus.CANCELLED,
+            )
+            for index, ctx, message in stopped:
+                result = records[message.call_id]
+                units[index] = self._finished(ctx, result, [self._record(ctx, result)])
+            self._next_write = len(self.items)
+            ordered = [u for _, u in sorted(units.items()) if u is not None]
+            if ordered:
+                await self.branch._write_units(ordered, self.fleet)
+
+    def _unstarted_unit(self, item: Envelope | MalformedRequestError) -> Unit:
+        """The unit of a call cancelled before its transaction began (it waited for the window)."""
+        branch_id = self.branch.id
+        if isinstance(item, MalformedRequestError):
+            return self._aborted(CallContext("", {}, branch_id), item, hook=False)
+        try:
+            tool = self.fleet.tool(item.function)
+            arguments = normalize_arguments(tool, item.arguments)
+        except (ArgumentValidationError, UnknownToolError) as exc:
+            raw = dict(item.arguments) if isinstance(item.arguments, Mapping) else {}
+            return self._aborted(
+                CallContext(item.function, dict.fromkeys(raw, REDACTED), branch_id), exc
+            )
+        ctx = CallContext(item.function, arguments, branch_id, tool=tool)
+        message = CallMessage(
+            call_id=ctx.call_id, branch_id=branch_id, function=ctx.function, arguments=arguments
+        )
+        result = stopped_result(message, tool, cancelled_error(message), EventStatus.CANCELLED)
+        return self._finished(ctx, result, [self._record(ctx, result)])
 
     async def _throttle(self) -> None:
         period_s = self.params.throttle_period_s

@@ -1,0 +1,207 @@
+"""Deadlines (issue 7 item 5): per-call ``timeout_s`` and the batch ``deadline_s``.
+
+When a limit passes, the finished results are returned, each straggler gets a FAILED
+ToolTimeoutError response, and it is revoked: a queued straggler never runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+import redis
+from celery.result import AsyncResult
+
+from dispatcher import Branch, Fleet
+from schemas.action import ActionResponseModel, CallParams
+from schemas.messages import ActionRequest, ActionResponse
+from schemas.status import EventStatus
+from tests.fleet import WorkerProcess, start_worker
+from tests.reliability_support import wait_until
+from workers.keys import Keys
+from workers.settings import Settings
+
+T = TypeVar("T")
+
+
+def call(function: str, **arguments: Any) -> dict[str, Any]:
+    return {"function": function, "arguments": arguments}
+
+
+def run(settings: Settings, scenario: Callable[[Fleet], Awaitable[T]], timeout_s: float = 30) -> T:
+    async def main() -> T:
+        fleet = Fleet(settings)
+        try:
+            # The outer bound only catches a hang; each test asserts a much tighter time.
+            return await asyncio.wait_for(scenario(fleet), timeout_s)
+        finally:
+            await fleet.aclose()
+
+    return asyncio.run(main())
+
+
+def assert_one_linked_pair_per_call(branch: Branch, results: list[ActionResponseModel]) -> None:
+    messages = branch.messages
+    assert len(messages) == 2 * len(results)
+    for i, result in enumerate(results):
+        request, response = messages[2 * i], messages[2 * i + 1]
+        assert isinstance(request, ActionRequest) and isinstance(response, ActionResponse)
+        assert request.content.action_response_id == response.id
+        assert response.content.action_request_id == request.id
+        assert response.content.function == result.function
+        assert response.content.error == result.error
+    assert [e["call_id"] for e in branch.events] == [r.call_id for r in results]
+
+
+@pytest.fixture(scope="module")
+def lone_sync(fleet_settings: Settings, redis_url: str) -> Iterator[tuple[Settings, WorkerProcess]]:
+    """A prefork worker of concurrency 1 on a queue of its own, so a test can keep it busy and
+    leave a call queued behind the busy one."""
+    queue = f"toolfleet.sync.deadlines-{uuid.uuid4().hex[:8]}"
+    settings = fleet_settings.model_copy(update={"sync_queue": queue})
+    worker = start_worker(
+        "sync",
+        redis_url=redis_url,
+        concurrency=1,
+        env={
+            "TOOLFLEET_SYNC_QUEUE": queue,
+            "TOOLFLEET_RESULT_BACKEND": fleet_settings.result_backend or "",
+        },
+    )
+    yield settings, worker
+    worker.stop()
+
+
+@pytest.mark.usefixtures("async_worker")
+def test_batch_deadline_returns_finished_results_and_fails_and_revokes_stragglers(
+    lone_sync: tuple[Settings, WorkerProcess],
+    celery_app: Any,
+    redis_client: redis.Redis,
+    tmp_path: Path,
+) -> None:
+    settings, _worker = lone_sync
+    keys = Keys(settings.key_prefix)
+    never_written = tmp_path / "queued-straggler.txt"
+    requests = [
+        call("echo", value="early"),
+        call("sleep_async", seconds=0.1),
+        call("sleep_async", seconds=30),  # running straggler: cancelled on its worker
+        call("sleep_sync", seconds=2.5),  # running straggler: occupies the only sync slot
+        call("append_line", path=str(never_written), text="x"),  # queued straggler
+    ]
+    deadline_s = 1.5
+
+    async def scenario(fleet: Fleet) -> tuple[Branch, list[ActionResponseModel], float]:
+        branch = Branch(fleet=fleet)
+        started = time.monotonic()
+        results = await branch.act(requests, call_params=CallParams(deadline_s=deadline_s))
+        return branch, results, time.monotonic() - started
+
+    branch, results, elapsed_s = run(settings, scenario)
+
+    # Returned at the deadline, not after the 30 s straggler (settling takes a moment).
+    assert deadline_s <= elapsed_s < deadline_s + 2.5, elapsed_s
+    statuses = [r.status for r in results]
+    assert statuses == [EventStatus.COMPLETED] * 2 + [EventStatus.FAILED] * 3
+    assert [r.output for r in results[:2]] == ["early", 0.1]
+    for straggler in results[2:]:
+        assert straggler.error is not None
+        assert straggler.error.startswith("ToolTimeoutError: ")
+        assert f"deadline_s={deadline_s:g}" in straggler.error
+        assert straggler.call_id is not None and straggler.call_id in straggler.error
+    assert_one_linked_pair_per_call(branch, results)
+    assert [e["execution"]["status"] for e in branch.events] == [
+        "completed",
+        "completed",
+        "failed",
+        "failed",
+        "failed",
+    ]
+
+    running_async, running_sync, queued = (r.call_id for r in results[2:])
+    assert running_async and running_sync and queued
+    # The running async straggler is cancelled on its worker, long before its 30 s.
+    # Its worker ends it with the dispatcher's record (the first record of an attempt wins),
+    # so Celery/Flower show the same failure.
+    wait_until(
+        lambda: AsyncResult(running_async, app=celery_app).state == "FAILURE",
+        timeout_s=5,
+        what="the async straggler to be stopped on its worker",
+    )
+    stored = redis_client.get(keys.event(running_async))
+    assert stored is not None and b"ToolTimeoutError" in stored
+    # The queued straggler reaches the worker once the sync slot frees: it is dropped as
+    # revoked and never runs.
+    wait_until(
+        lambda: AsyncResult(queued, app=celery_app).state == "REVOKED",
+        timeout_s=15,
+        what="the queued straggler to be dropped as revoked",
+    )
+    assert not never_written.exists()
+
+
+@pytest.mark.usefixtures("sync_worker", "async_worker")
+def test_per_call_timeout_fails_slow_calls_alone_with_a_tool_timeout(
+    fleet_settings: Settings,
+) -> None:
+    requests = [
+        call("sleep_async", seconds=10),
+        call("sleep_sync", seconds=10),
+        call("add", a=1, b=2),
+        call("sleep_async", seconds=0.05),
+    ]
+
+    async def scenario(fleet: Fleet) -> tuple[list[ActionResponseModel], float]:
+        started = time.monotonic()
+        results = await Branch(fleet=fleet).act(requests, call_params=CallParams(timeout_s=0.5))
+        return results, time.monotonic() - started
+
+    results, elapsed_s = run(fleet_settings, scenario)
+
+    assert elapsed_s < 4, elapsed_s
+    assert [r.status for r in results] == [
+        EventStatus.FAILED,
+        EventStatus.FAILED,
+        EventStatus.COMPLETED,
+        EventStatus.COMPLETED,
+    ]
+    assert [r.output for r in results[2:]] == [3, 0.05]
+    for slow in results[:2]:
+        assert slow.error is not None and slow.error.startswith("ToolTimeoutError: ")
+        # Enforced on the worker: the message names the tool and its limit.
+        assert "'sleep_" in slow.error and "0.5" in slow.error
+
+
+def test_a_call_no_worker_takes_fails_at_its_timeout_and_is_revoked(
+    fleet_settings: Settings,
+    redis_client: redis.Redis,
+) -> None:
+    # A queue nobody consumes: only the dispatcher's own bound can end this call.
+    orphan_queue = f"toolfleet.async.nobody-{uuid.uuid4().hex[:8]}"
+    settings = fleet_settings.model_copy(update={"async_queue": orphan_queue})
+    keys = Keys(settings.key_prefix)
+
+    async def scenario(fleet: Fleet) -> tuple[list[ActionResponseModel], float]:
+        started = time.monotonic()
+        results = await Branch(fleet=fleet).act(
+            [call("sleep_async", seconds=0.01)], call_params=CallParams(timeout_s=0.4)
+        )
+        return results, time.monotonic() - started
+
+    results, elapsed_s = run(settings, scenario)
+
+    assert elapsed_s < 3, elapsed_s
+    (result,) = results
+    assert result.status is EventStatus.FAILED
+    assert result.error is not None and result.error.startswith("ToolTimeoutError: ")
+    assert "timeout_s=0.4" in result.error and "revoked" in result.error
+    # The stored terminal record stops any worker that takes the message later (C7).
+    assert result.call_id is not None
+    stored = redis_client.get(keys.event(result.call_id))
+    assert stored is not None and b'"failed"' in stored
+    assert redis_client.llen(orphan_queue) == 1  # still queued, but it can no longer run
