@@ -403,6 +403,7 @@ class EmbeddedFleet:
         """Start Redis and both workers; return Settings for them once every one answers."""
         atexit.register(self.stop)
         self._install_sigterm()
+        _prune_dead_fleets(self.run_dir.parent)
         try:
             url = self.redis.start()
             settings = self.base.model_copy(update={"broker_url": url, "tools": self.tools})
@@ -546,6 +547,17 @@ def _control_app(settings: Settings) -> Any:
 
         return Celery("toolfleet-control", broker=settings.broker_url)
     return create_app(settings)
+
+
+def _prune_dead_fleets(run_root: Path) -> None:
+    # A fleet whose toolfleet was killed never removed its directory; its reaper did stop
+    # its processes. (Directories kept after a failed start have no broker_url and stay.)
+    if not run_root.is_dir():
+        return
+    for entry in run_root.iterdir():
+        if entry.name.isdigit() and (entry / "broker_url").exists():
+            if not Path(f"/proc/{entry.name}").exists():
+                shutil.rmtree(entry, ignore_errors=True)
 
 
 def live_fleets(settings: Settings | None = None) -> Iterator[tuple[int, str]]:

@@ -7,7 +7,11 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
 from tests.cli_support import no_processes_left, toolfleet
+
+pytestmark = pytest.mark.slow  # real processes: embedded Redis and workers
 
 
 def test_demo_then_history_on_a_fresh_home(tmp_path: Path) -> None:

@@ -30,6 +30,8 @@ from tests.cli_support import (
 )
 from tests.fleet import WorkerProcess
 
+pytestmark = pytest.mark.slow  # real processes: embedded Redis and workers
+
 TOOLS = "tests.sample_tools"
 
 MIXED_BATCH = [

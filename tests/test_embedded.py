@@ -24,6 +24,8 @@ from schemas.errors import EmbeddedStartError
 from tests.cli_support import REPO_ROOT, cli_env, wait_until
 from workers.settings import Settings
 
+pytestmark = pytest.mark.slow  # real processes: embedded Redis and workers
+
 
 def _alive(pid: int) -> bool:
     try:
@@ -50,8 +52,13 @@ def _group_members(pgids: set[int]) -> list[int]:
 
 def test_embedded_fleet_runs_calls_and_stops_every_process(tmp_path: Path) -> None:
     base = Settings(run_dir=str(tmp_path / "tf"))
+    # Left by a toolfleet that was SIGKILLed (pid beyond pid_max: never alive).
+    stale = tmp_path / "tf" / "run" / "999999999"
+    stale.mkdir(parents=True)
+    (stale / "broker_url").write_text("redis+socket:///nowhere/redis.sock")
     fleet = EmbeddedFleet(tools=["tests.sample_tools"], base=base)
     with fleet as settings:
+        assert not stale.exists()
         assert settings.broker_url == f"redis+socket://{fleet.run_dir}/redis.sock"
         assert settings.tools == ("tests.sample_tools",)
         assert redis.Redis(unix_socket_path=str(fleet.redis.socket_path)).ping()
