@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from dispatcher import Branch, Fleet, HookPoint
+from dispatcher.flower_cli import STATE_FILE_NAME
 from schemas.action import ActionResponseModel
 from schemas.status import EventStatus
 from tests.fleet import WorkerProcess, wait_for
@@ -309,3 +310,26 @@ async def _until(predicate: Callable[[], Any], what: str) -> Any:
 def _state(flower: FlowerProcess, call_id: str) -> str | None:
     task = _api(flower, f"/api/task/info/{call_id}")
     return None if task is None else str(task.get("state"))
+
+
+def test_zz_state_persists_across_a_restart_without_the_secret(
+    observed: Observed, redis_url: str
+) -> None:
+    """Last in this module: it stops the module's Flower (its state file is saved on SIGTERM)."""
+    stop_flower(observed.flower)
+    assert observed.flower.proc.returncode == 0, observed.flower.log()
+    run_dir = observed.flower.log_path.parent
+    state_files = list(run_dir.glob(STATE_FILE_NAME + "*"))
+    assert state_files
+    for path in state_files:
+        assert SECRET.encode() not in path.read_bytes(), f"the secret is in {path.name}"
+
+    restarted = start_flower(redis_url, run_dir, env={"FLOWER_UNAUTHENTICATED_API": "true"})
+    try:
+        for expected, result in zip(BATCH, observed.results, strict=True):
+            task = _api(restarted, f"/api/task/info/{result.call_id}")
+            assert task is not None, f"{expected.function} was forgotten across the restart"
+            assert task["name"] == f"tool:{expected.function}"
+            assert task["state"] == expected.state
+    finally:
+        stop_flower(restarted)
