@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -25,7 +26,7 @@ def _reply_key() -> str:
     return f"toolfleet:reply:test-batch-{uuid.uuid4().hex}"
 
 
-def _calls(reply_to: str, *calls: tuple[str, dict[str, object]]) -> list[tuple[CallMessage, Tool]]:
+def _calls(reply_to: str, *calls: tuple[str, dict[str, Any]]) -> list[tuple[CallMessage, Tool]]:
     return [(make_call(f, a, reply_to=reply_to), registry.get(f)) for f, a in calls]
 
 

@@ -44,6 +44,8 @@ EXECUTE_MANY_TASK = "toolfleet.execute_many"
 # Large enough to amortize one Celery message over many echoes, small enough that a batch
 # of a slow tool does not hold a whole worker for long, and that a lost worker re-runs little.
 DEFAULT_BATCH_SIZE = 100
+# Redis connections one batch may hold at once for calls off the prefetched happy path.
+_SLOW_PATH_CONNECTIONS = 8
 # Flower shows at most this many call ids in a batch task's args.
 _ARGSREPR_MAX_IDS = 20
 
@@ -169,26 +171,45 @@ class _BatchRuntime:
 
 class _BatchStore:
     """An AsyncRecordStore whose per-call reads come from one prefetch and whose writes are
-    buffered until :meth:`flush`. Anything unusual (a live duplicate, a lost holder) falls
-    through to the real store, so execute_async's C7 and worker-lost rules hold unchanged."""
+    buffered until :meth:`flush`.
+
+    The prefetch answers, per call and in order, the reads execute_async makes on its happy
+    path: the first look for a terminal record, the claim, and the look again after the claim
+    (taken in the same pipeline, right after the claim, so it sees what a racing duplicate
+    wrote). Anything else (a live duplicate, a lost holder, a release) goes to the real store,
+    so execute_async's C7 and worker-lost rules hold unchanged.
+    """
 
     def __init__(self, store: Any, hostname: str) -> None:
         self.store = store
         self.hostname = hostname
-        self._terminal: dict[str, bytes | None] = {}
+        self._terminal: dict[str, list[bytes | None]] = {}
         self._claimed: set[str] = set()
         self._writes: list[tuple[CallResult, str | None, bool]] = []
+        # The client's pool has a connection cap (redis-py: 100) shared by every batch on the
+        # loop; a batch whose calls all take the slow path must not open one per call.
+        self._slow_path = asyncio.Semaphore(_SLOW_PATH_CONNECTIONS)
+
+    def __getattr__(self, name: str) -> Any:
+        # Every other store operation (release, started, take_over, ...) is the real one.
+        operation = getattr(self.store, name)
+        if not callable(operation):
+            return operation
+
+        async def bounded(*args: Any, **kwargs: Any) -> Any:
+            async with self._slow_path:
+                return await operation(*args, **kwargs)
+
+        return bounded
 
     async def prefetch(self, messages: Sequence[CallMessage], registry: Any) -> None:
         if not messages:
             return
         from workers.store import StartedMarker
 
-        keys = self.store.keys
-        client = self.store.client
-        ids = [m.call_id for m in messages]
-        raws = await client.mget([keys.event(call_id) for call_id in ids])
-        self._terminal = dict(zip(ids, raws, strict=True))
+        keys, client = self.store.keys, self.store.client
+        raws = await client.mget([keys.event(m.call_id) for m in messages])
+        self._terminal = {m.call_id: [raw] for m, raw in zip(messages, raws, strict=True)}
         # Claim exactly the calls execute_async would claim: not terminal, tool registered.
         to_claim = [
             m
@@ -203,56 +224,62 @@ class _BatchStore:
                 pipe.set(
                     keys.started(m.call_id), marker.to_json(), nx=True, ex=self.store.record_ttl_s
                 )
-            claimed = await pipe.execute()
-        self._claimed = {m.call_id for m, ok in zip(to_claim, claimed, strict=True) if ok}
-
-    @property
-    def keys(self) -> Any:
-        return self.store.keys
+                pipe.get(keys.event(m.call_id))
+            replies = await pipe.execute()
+        for i, m in enumerate(to_claim):
+            claimed, recheck = replies[2 * i], replies[2 * i + 1]
+            if claimed:
+                self._claimed.add(m.call_id)
+                self._terminal[m.call_id].append(recheck)
 
     async def terminal(self, call_id: str) -> CallResult | None:
-        if call_id in self._terminal:
-            raw = self._terminal.pop(call_id)
+        answers = self._terminal.get(call_id)
+        if answers:
+            raw = answers.pop(0)
             return None if raw is None else CallResult.model_validate_json(raw)
-        result: CallResult | None = await self.store.terminal(call_id)
+        async with self._slow_path:
+            result: CallResult | None = await self.store.terminal(call_id)
         return result
 
     async def claim(self, call_id: str, marker: Any) -> Any:
         if call_id in self._claimed:
             self._claimed.discard(call_id)
             return None
-        return await self.store.claim(call_id, marker)
+        async with self._slow_path:
+            return await self.store.claim(call_id, marker)
 
-    async def started(self, call_id: str) -> Any:
-        return await self.store.started(call_id)
-
-    async def take_over(self, call_id: str, marker: Any) -> None:
-        await self.store.take_over(call_id, marker)
-
-    async def finish(self, result: CallResult, reply_to: str | None) -> None:
+    async def finish(self, result: CallResult, reply_to: str | None) -> bool:
+        # Applied at flush() with the same first-record-wins script as the real finish(); a
+        # record that loses there (a revoke got in first) keeps the stored one in Redis and
+        # the reply list, and only this batch's summary count is optimistic.
         self._writes.append((result, reply_to, True))
+        return True
 
     async def notify(self, result: CallResult, reply_to: str | None) -> None:
         self._writes.append((result, reply_to, False))
 
     async def flush(self) -> None:
-        """Write every buffered record and reply in one transaction (as finish() does per call)."""
+        """Write every buffered record and reply in one round trip, each as finish() would."""
+        from workers.store import _FINISH_SCRIPT
+
         writes, self._writes = self._writes, []
         if not writes:
             return
-        keys, ttl_s = self.store.keys, self.store.record_ttl_s
-        replies: dict[str, list[str]] = {}
-        async with self.store.client.pipeline(transaction=True) as pipe:
+        keys, ttl_s, client = self.store.keys, self.store.record_ttl_s, self.store.client
+        script = client.register_script(_FINISH_SCRIPT)
+        async with client.pipeline(transaction=False) as pipe:
             for result, reply_to, store_record in writes:
                 payload = result.model_dump_json()
                 if store_record:
-                    pipe.set(keys.event(result.call_id), payload, ex=ttl_s)
-                    pipe.delete(keys.started(result.call_id))
-                if reply_to:
-                    replies.setdefault(reply_to, []).append(payload)
-            for reply_to, payloads in replies.items():
-                pipe.rpush(reply_to, *payloads)
-                pipe.expire(reply_to, ttl_s)
+                    call_id = result.call_id
+                    await script(
+                        keys=[keys.event(call_id), keys.started(call_id), reply_to or ""],
+                        args=[payload, result.attempt, ttl_s],
+                        client=pipe,
+                    )
+                elif reply_to:
+                    pipe.rpush(reply_to, payload)
+                    pipe.expire(reply_to, ttl_s)
             await asyncio.shield(pipe.execute())
 
 
