@@ -293,9 +293,14 @@ class Batch:
         self._inflight[ctx.call_id] = message
         try:
             await self._publisher.submit(message, ctx.tool)
+        except BaseException:
+            self.fleet.collector.forget(ctx.call_id, attempt)
+            raise
+        try:
             result = await self._deadline.wait(future, message)
-        except ToolTimeoutError as exc:
-            # A straggler: recorded FAILED and revoked, so the batch can return (issue 7).
+        except (ToolTimeoutError, BrokerError) as exc:
+            # A straggler, or a call the broker lost (dispatcher.broker_watch): recorded
+            # FAILED and revoked, so the batch can return (issue 7).
             self.fleet.collector.forget(ctx.call_id, attempt)
             result = await self._settler.settle(message, ctx.tool, exc)
         except BaseException:

@@ -63,6 +63,20 @@ class Collector:
     def pending(self) -> int:
         return len(self._pending)
 
+    def awaited(self) -> list[tuple[str, int]]:
+        """The (call_id, attempt) pairs still waiting for a result."""
+        return [key for key, future in self._pending.items() if not future.done()]
+
+    def is_awaited(self, call_id: str, attempt: int) -> bool:
+        future = self._pending.get((call_id, attempt))
+        return future is not None and not future.done()
+
+    def fail(self, call_id: str, attempt: int, error: BaseException) -> None:
+        """End the wait for one attempt with ``error`` (its result can no longer arrive)."""
+        future = self._pending.pop((call_id, attempt), None)
+        if future is not None and not future.done():
+            future.set_exception(error)
+
     def deliver(self, raw: bytes | str) -> None:
         """Resolve the future a raw CallResult belongs to; ignore duplicates and strangers."""
         try:

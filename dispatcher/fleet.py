@@ -12,6 +12,7 @@ from typing import Any
 import redis.asyncio as aioredis
 from celery import Celery
 
+from dispatcher.broker_watch import BrokerWatch
 from dispatcher.collector import Collector
 from schemas.errors import BrokerError
 from schemas.tool import Tool
@@ -53,6 +54,7 @@ class Fleet:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._redis: aioredis.Redis | None = None
         self._collector: Collector | None = None
+        self._watch: BrokerWatch | None = None
 
     @classmethod
     def from_env(cls, *, registry: Registry | None = None, **overrides: Any) -> Fleet:
@@ -72,6 +74,11 @@ class Fleet:
         self._redis = aioredis.Redis.from_url(self.redis_url)
         self._collector = Collector(aioredis.Redis.from_url(self.redis_url), self.reply_key)
         self._collector.start()
+        # Issue 7: a broker restart or long outage must not leave calls awaited forever.
+        self._watch = BrokerWatch(
+            aioredis.Redis.from_url(self.redis_url), self._collector, self.keys, self.redis_url
+        )
+        self._watch.start()
 
     @property
     def redis(self) -> aioredis.Redis:
@@ -110,9 +117,12 @@ class Fleet:
         """Stop the collector and close the Redis clients (of the current loop)."""
         collector, self._collector = self._collector, None
         client, self._redis = self._redis, None
+        watch, self._watch = self._watch, None
         same_loop = self._loop is asyncio.get_running_loop()
         self._loop = None
         if same_loop:
+            if watch is not None:
+                await watch.aclose()
             if collector is not None:
                 await collector.aclose()
             if client is not None:

@@ -1,0 +1,141 @@
+"""Watches the broker for a restart or a long outage, so no batch waits forever (issue 7 item 3).
+
+Redis restarted without its data loses queued messages, unacked deliveries, started markers and
+reply lists: a call in flight then never gets a result. The watch notices the restart (Redis's
+``run_id`` changes), gives running calls a grace period to report to the new instance, then
+looks up every call still awaited: a stored record is delivered, and a call with none is failed
+with a BrokerError naming the broker. A broker unreachable for longer than ``OUTAGE_LIMIT_S``
+fails every awaited call the same way. The batch turns that error into a FAILED record that is
+stored first (so no worker runs the call later) and revokes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+
+import redis.asyncio as aioredis
+from kombu.utils.url import maybe_sanitize_url
+from redis.exceptions import RedisError
+
+from dispatcher.collector import Collector
+from schemas.errors import BrokerError
+from workers.keys import Keys
+
+__all__ = ["CHECK_INTERVAL_S", "OUTAGE_LIMIT_S", "RESTART_GRACE_S", "BrokerWatch"]
+
+log = logging.getLogger(__name__)
+
+CHECK_INTERVAL_S = 0.5
+# After a restart, running calls get this long to report to the new instance.
+RESTART_GRACE_S = 3.0
+# An unreachable broker fails the awaited calls after this long (it may never come back).
+OUTAGE_LIMIT_S = 30.0
+
+
+class BrokerWatch:
+    """One background task per Fleet (next to its collector) checking the broker's identity."""
+
+    def __init__(
+        self,
+        client: aioredis.Redis,
+        collector: Collector,
+        keys: Keys,
+        broker_url: str,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.client = client
+        self.collector = collector
+        self.keys = keys
+        self.broker_url = maybe_sanitize_url(broker_url)
+        self._clock = clock
+        self._run_id: str | None = None
+        self._down_since: float | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(
+                self._run(), name=f"toolfleet-broker-watch:{self.broker_url}"
+            )
+
+    async def aclose(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self.client.aclose()
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self.check()
+            except Exception:
+                log.exception("broker watch %s: unexpected error; continuing", self.broker_url)
+            await asyncio.sleep(CHECK_INTERVAL_S)
+
+    async def check(self) -> None:
+        """One look at the broker: note an outage, or a restart and reconcile after it."""
+        try:
+            info = await self.client.info("server")
+        except (RedisError, OSError) as exc:
+            now = self._clock()
+            if self._down_since is None:
+                self._down_since = now
+                log.warning("broker %s unreachable: %s", self.broker_url, exc)
+            elif now - self._down_since > OUTAGE_LIMIT_S:
+                self._fail_all(
+                    f"the broker {self.broker_url} has been unreachable for over "
+                    f"{OUTAGE_LIMIT_S:g}s ({exc}); the call's result cannot arrive. Restart "
+                    f"Redis and re-run the call if the tool is safe to repeat"
+                )
+            return
+        self._down_since = None
+        run_id = str(info.get("run_id", ""))
+        previous, self._run_id = self._run_id, run_id
+        if previous is not None and run_id != previous:
+            log.warning(
+                "broker %s restarted (run_id %s -> %s); reconciling calls in flight",
+                self.broker_url,
+                previous,
+                run_id,
+            )
+            await asyncio.sleep(RESTART_GRACE_S)
+            await self.reconcile()
+
+    async def reconcile(self) -> None:
+        """Deliver the stored record of each awaited call; fail the calls that have none."""
+        awaited = self.collector.awaited()
+        if not awaited:
+            return
+        raws = await self.client.mget([self.keys.event(call_id) for call_id, _ in awaited])
+        lost: list[tuple[str, int]] = []
+        for (call_id, attempt), raw in zip(awaited, raws, strict=True):
+            if raw is not None:
+                self.collector.deliver(raw)
+            if self.collector.is_awaited(call_id, attempt):
+                lost.append((call_id, attempt))
+        for call_id, attempt in lost:
+            self.collector.fail(
+                call_id,
+                attempt,
+                BrokerError(
+                    f"the broker {self.broker_url} restarted and lost call {call_id} (its "
+                    f"queued message or its result) while it was in flight; re-run the call "
+                    f"if the tool is safe to repeat, and give Redis persistence (appendonly) "
+                    f"to survive restarts"
+                ),
+            )
+        if lost:
+            log.warning(
+                "broker %s restart: %d call(s) in flight were lost", self.broker_url, len(lost)
+            )
+
+    def _fail_all(self, text: str) -> None:
+        for call_id, attempt in self.collector.awaited():
+            self.collector.fail(call_id, attempt, BrokerError(text))

@@ -1,0 +1,116 @@
+"""Broker loss (issue 7 item 3): Redis stopped mid-batch and started again.
+
+The broker here is a private redis-server on a free port (the machine's Redis is never touched),
+without persistence, so its restart loses every queued message, unacked delivery, started
+marker and reply. The batch must still end within its deadline: each call either completed or
+FAILED with an error naming the broker, and every call has its event and its linked response.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from dispatcher import Branch, Fleet
+from schemas.action import ActionResponseModel, CallParams
+from schemas.messages import ActionRequest, ActionResponse
+from schemas.status import EventStatus
+from tests.fleet import WorkerProcess, start_worker
+from tests.reliability_support import PrivateRedis
+from workers.settings import Settings
+
+pytestmark = pytest.mark.slow
+
+
+def call(function: str, **arguments: Any) -> dict[str, Any]:
+    return {"function": function, "arguments": arguments}
+
+
+@pytest.fixture()
+def broker() -> Iterator[PrivateRedis]:
+    server = PrivateRedis()
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture()
+def workers(broker: PrivateRedis) -> Iterator[list[WorkerProcess]]:
+    env = {"TOOLFLEET_VISIBILITY_TIMEOUT_S": "5"}
+    started: list[WorkerProcess] = []
+    try:
+        started.append(start_worker("sync", redis_url=broker.url, concurrency=2, env=env))
+        started.append(start_worker("async", redis_url=broker.url, concurrency=50, env=env))
+        yield started
+    finally:
+        for worker in started:
+            worker.stop(timeout_s=5)
+
+
+def test_a_broker_restart_mid_batch_ends_every_call_within_the_deadline(
+    broker: PrivateRedis, workers: list[WorkerProcess]
+) -> None:
+    settings = Settings(broker_url=broker.url, tools=("tests.sample_tools",))
+    requests = (
+        [call("echo", value=i) for i in range(4)]
+        + [call("sleep_sync", seconds=0.8) for _ in range(6)]  # 2 slots: some stay queued
+        + [call("sleep_async", seconds=1.0) for _ in range(4)]
+    )
+    deadline_s = 20.0
+
+    async def scenario() -> tuple[Branch, list[ActionResponseModel], float]:
+        fleet = Fleet(settings)
+        try:
+            branch = Branch(fleet=fleet)
+            started = time.monotonic()
+            task = asyncio.ensure_future(
+                branch.act(requests, call_params=CallParams(deadline_s=deadline_s))
+            )
+            # Stop the broker once the echoes are in and the slow calls are in flight.
+            limit = time.monotonic() + 15
+            while len(branch.messages) < 8:
+                assert not task.done(), task
+                assert time.monotonic() < limit, "the echoes never completed"
+                await asyncio.sleep(0.02)
+            await asyncio.to_thread(broker.stop)
+            await asyncio.sleep(1.0)
+            await asyncio.to_thread(broker.start)
+            results = await task
+            return branch, results, time.monotonic() - started
+        finally:
+            await fleet.aclose()
+
+    # The outer bound only catches a hang; the assertion below is the real limit.
+    branch, results, elapsed_s = asyncio.run(asyncio.wait_for(scenario(), deadline_s + 20))
+
+    assert elapsed_s < deadline_s + 3, elapsed_s
+    assert len(results) == len(requests)
+    assert [r.output for r in results[:4]] == [0, 1, 2, 3]
+    outcomes: dict[str, int] = {}
+    for result in results:
+        outcomes[result.status.value] = outcomes.get(result.status.value, 0) + 1
+        assert result.status in (EventStatus.COMPLETED, EventStatus.FAILED), result
+        if result.status is EventStatus.FAILED:
+            assert result.error is not None
+            assert result.error.startswith("BrokerError: "), result.error
+            assert f"127.0.0.1:{broker.port}" in result.error
+    # The restart lost at least the calls still queued behind the two sync slots.
+    assert outcomes.get("failed", 0) >= 1, outcomes
+    print(f"broker restart mid-batch: {outcomes}")
+
+    # Every call: its event record and its linked request/response pair, in input order.
+    messages = branch.messages
+    assert len(messages) == 2 * len(results)
+    for i, result in enumerate(results):
+        request, response = messages[2 * i], messages[2 * i + 1]
+        assert isinstance(request, ActionRequest) and isinstance(response, ActionResponse)
+        assert request.content.action_response_id == response.id
+        assert response.content.action_request_id == request.id
+        assert response.content.error == result.error
+    assert [e["call_id"] for e in branch.events] == [r.call_id for r in results]
+    for event, result in zip(branch.events, results, strict=True):
+        assert event["execution"]["status"] == result.status.value
