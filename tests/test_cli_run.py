@@ -10,6 +10,8 @@ import select
 import signal
 import subprocess
 import time
+from datetime import datetime
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -261,3 +263,24 @@ def test_run_against_external_redis(
     assert status.returncode == 0, status.stderr
     hostnames = {w["hostname"] for w in json.loads(status.stdout)["workers"]}
     assert {sync_worker.hostname, async_worker.hostname} <= hostnames
+
+
+def test_sequential_strategy_runs_one_call_at_a_time(
+    tmp_path: Path, redis_url: str, sync_worker: WorkerProcess, async_worker: WorkerProcess
+) -> None:
+    env = {"TOOLFLEET_BROKER_URL": redis_url}
+    calls = ['{"function": "sleep_async", "arguments": {"seconds": 0.2}}'] * 3
+    proc = toolfleet(
+        "run", "-", "--tools", TOOLS, "--json", "--strategy", "sequential",
+        home=tmp_path, env=env, stdin=batch_text(calls),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    records = read_jsonl(proc.stdout)
+    assert [r["outcome"] for r in records] == ["done"] * 3
+    history = toolfleet("history", str(records[0]["branch_id"]), "--json", home=tmp_path, env=env)
+    events = json.loads(history.stdout)["events"]
+    assert len(events) == 3
+    starts = [datetime.fromisoformat(e["created_at"]).timestamp() for e in events]
+    # Each call started only after the previous one had finished its 0.2 s.
+    for earlier, later in pairwise(starts):
+        assert later - earlier >= 0.2
