@@ -193,6 +193,9 @@ def _serve(celery_app: Any, argv: list[str]) -> None:
     flower_command.extract_settings()
     flower_command.setup_logging()
 
+    # Flower's result and control handlers build AsyncResult(task_id) on the current app.
+    celery_app.set_current()
+    celery_app.set_default()
     flower_app = Flower(capp=celery_app, options=options, **flower_settings)
     track_calls(flower_app.events.state)
     # SIGTERM → SystemExit → stop(), which saves the persistent state.

@@ -70,7 +70,9 @@ class Observed:
 @pytest.fixture(scope="module")
 def flower(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[FlowerProcess]:
     run_dir = tmp_path_factory.mktemp("flower-run")
-    process = start_flower(redis_url, run_dir, env={"FLOWER_UNAUTHENTICATED_API": "true"})
+    # The session's workers store Celery results there too (fleet_settings).
+    env = {"FLOWER_UNAUTHENTICATED_API": "true", "TOOLFLEET_RESULT_BACKEND": redis_url}
+    process = start_flower(redis_url, run_dir, env=env)
     yield process
     stop_flower(process)
 
@@ -186,6 +188,7 @@ def test_secret_arguments_are_shown_redacted_and_never_in_clear(observed: Observ
             "/metrics",
             *(f"/api/task/info/{cid}" for cid in call_ids),
             *(f"/task/{cid}" for cid in call_ids),
+            *(f"/api/task/result/{cid}" for cid in call_ids),
         ]
     }
     for path, (status, body) in bodies.items():
@@ -194,6 +197,10 @@ def test_secret_arguments_are_shown_redacted_and_never_in_clear(observed: Observ
     # The task page did render the call (so the check above looked at real content).
     status, page = http_get(f"{observed.flower.base_url}/task/{secret_call.call_id}")
     assert b"tool:with_secret" in page and b"***" in page
+    stored = _api(observed.flower, f"/api/task/result/{secret_call.call_id}")
+    assert stored["state"] == "SUCCESS"
+    assert stored["result"]["call_id"] == secret_call.call_id
+    assert stored["result"]["event"]["arguments"]["api_key"] == "***"
 
     for worker in observed.workers.values():
         assert SECRET not in worker.log(), f"the secret appears in {worker.hostname}'s log"
