@@ -80,7 +80,8 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         metavar="USER:PASSWORD",
         action="append",
         default=None,
-        help="require HTTP basic auth; repeat for several users",
+        help="require HTTP basic auth; repeat for several users (the password shows in ps: "
+        "FLOWER_BASIC_AUTH=user:password keeps it off the command line)",
     )
     parser.add_argument(
         "--persistent",
@@ -110,7 +111,7 @@ def resolve_broker_url(settings: Settings) -> str:
         raise ConfigurationError(
             f"no broker to monitor: {ENV_PREFIX}BROKER_URL is unset and no embedded toolfleet "
             f"Redis is running; set {ENV_PREFIX}BROKER_URL=redis://host:6379/0 "
-            "(or start the embedded default first, e.g. with `toolfleet demo`)"
+            "(a `toolfleet run` on the embedded default, while it runs, is found by itself)"
         )
     print(
         f"toolfleet flower: monitoring the embedded fleet at {_without_password(embedded_url)}",
@@ -138,13 +139,22 @@ def flower_argv(
         raise ConfigurationError(f"--port {port} is not a TCP port; pass 1-65535")
     argv = [f"--port={port}", f"--address={address}"]
     for credentials in basic_auth or ():
+        # The value holds a password: name the user at most, never echo the value.
         user, sep, password = credentials.partition(":")
         if not sep or not user or not password:
+            shown = f"for user {user!r}" if sep and user else "given"
             raise ConfigurationError(
-                f"--basic-auth {user or credentials!r}:... is not USER:PASSWORD; "
-                "pass both, separated by a colon"
+                f"the --basic-auth value {shown} is not USER:PASSWORD; pass both, "
+                "separated by a colon"
             )
-        argv.append(f"--basic_auth={credentials}")
+        if "," in credentials:
+            raise ConfigurationError(
+                f"the --basic-auth value for user {user!r} contains a comma, which Flower "
+                "reads as a list separator; choose a password without commas"
+            )
+    if basic_auth:
+        # Flower's option takes one comma-separated list; a repeated flag would keep the last.
+        argv.append(f"--basic_auth={','.join(basic_auth)}")
     argv.append(f"--persistent={persistent}")
     if persistent:
         argv += [f"--db={db_path}", f"--state_save_interval={_STATE_SAVE_INTERVAL_MS}"]

@@ -123,7 +123,9 @@ def flower_factory(redis_url: str, tmp_path: Path) -> Iterator[Callable[..., Flo
 def test_basic_auth_refuses_without_credentials_and_accepts_with_them(
     flower_factory: Callable[..., FlowerProcess],
 ) -> None:
-    flower = flower_factory("--basic-auth", "ops:s3cret-pw", "--no-persistent")
+    flower = flower_factory(
+        "--basic-auth", "ops:s3cret-pw", "--basic-auth", "viewer:other-pw", "--no-persistent"
+    )
 
     for path in ("/api/tasks", "/api/workers", "/tasks", "/"):
         status, _ = http_get(flower.base_url + path)
@@ -135,6 +137,9 @@ def test_basic_auth_refuses_without_credentials_and_accepts_with_them(
     assert status == 200
     assert body.strip() == b"{}"
     status, _ = http_get(flower.base_url + "/tasks", auth=("ops", "s3cret-pw"))
+    assert status == 200
+    # Every user given is accepted, not only the last one.
+    status, _ = http_get(flower.base_url + "/api/tasks", auth=("viewer", "other-pw"))
     assert status == 200
     # Prometheus scrapes without credentials.
     status, body = http_get(flower.base_url + "/metrics")
@@ -198,7 +203,25 @@ def test_the_embedded_redis_password_is_not_printed() -> None:
     assert masked == "redis://:***@127.0.0.1:6380/0"
 
 
-def test_flower_argv_rejects_malformed_basic_auth() -> None:
+def test_flower_argv_rejects_malformed_basic_auth_without_echoing_it() -> None:
+    with pytest.raises(ConfigurationError, match="USER:PASSWORD") as no_colon:
+        flower_argv(
+            port=5555,
+            address="127.0.0.1",
+            basic_auth=["just-a-password"],
+            persistent=False,
+            db_path=Path("x"),
+        )
+    assert "just-a-password" not in str(no_colon.value)
+    with pytest.raises(ConfigurationError, match=r"'ops'.*comma") as comma:
+        flower_argv(
+            port=5555,
+            address="127.0.0.1",
+            basic_auth=["ops:pass,word"],
+            persistent=False,
+            db_path=Path("x"),
+        )
+    assert "pass,word" not in str(comma.value)
     with pytest.raises(ConfigurationError, match="USER:PASSWORD"):
         flower_argv(
             port=5555,
