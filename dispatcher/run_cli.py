@@ -162,6 +162,16 @@ def write_records(records: Sequence[CallRecord], handle: TextIO, *, branch_id: s
         handle.write(json.dumps(line, default=str) + "\n")
 
 
+def _open_output(path: str) -> TextIO:
+    """Check up front that --output can be written, so a typo does not cost the batch."""
+    try:
+        return open(path, "a", encoding="utf-8")
+    except OSError as exc:
+        raise ConfigurationError(
+            f"--output {path!r} cannot be written ({exc.strerror}); pass a writable file path"
+        ) from None
+
+
 def _importable_cwd() -> None:
     # `toolfleet run --tools mytools` next to mytools.py must import it here as the workers
     # do (they get the working directory on PYTHONPATH); a console script's sys.path lacks it.
@@ -181,6 +191,12 @@ def _run(args: argparse.Namespace) -> int:
         )
     lines = read_batch(args.batch)
     _importable_cwd()
+    # Import the tools here first: a wrong module name is a one-line error before any
+    # process starts (the workers would fail on it too, after seconds).
+    from workers.registry import registry
+
+    registry.load_modules(tools)
+    output = _open_output(args.output) if args.output else None
     err = Console(stderr=True)
     out = Console()
     for line in lines:
@@ -207,6 +223,9 @@ def _run(args: argparse.Namespace) -> int:
     except ToolfleetError as exc:
         print(f"toolfleet run: {exc}", file=sys.stderr)
         return 2
+    finally:
+        if output is not None:
+            output.close()
     branch_id, records, elapsed_s = result
     if args.output:
         with open(args.output, "w", encoding="utf-8") as handle:

@@ -42,11 +42,28 @@ def test_usage_and_configuration_errors_exit_2(tmp_path: Path) -> None:
         toolfleet("run", str(batch), "--tools", "m", "--strategy", "random", home=tmp_path),
         "--strategy",
     )
+    _one_line_error(
+        toolfleet("run", str(batch), "--tools", "no_such_tools_mod", home=tmp_path),
+        "'no_such_tools_mod'",
+        "--tools",
+    )
+    _one_line_error(
+        toolfleet(
+            "run", str(batch), "--tools", "tests.sample_tools",
+            "--output", str(tmp_path / "no" / "dir" / "out.jsonl"), home=tmp_path,
+        ),
+        "--output",
+        "out.jsonl",
+    )  # fmt: skip
     # Nothing embedded is running and no broker is configured: nothing to inspect.
     _one_line_error(toolfleet("status", home=tmp_path), "TOOLFLEET_BROKER_URL")
     # A broker that does not answer is named (password masked), not retried for minutes.
     dead = {"TOOLFLEET_BROKER_URL": "redis://:pw@127.0.0.1:1/0"}
-    for args in (("status",), ("history", "some-branch"), ("run", str(batch), "--tools", "m")):
+    for args in (
+        ("status",),
+        ("history", "some-branch"),
+        ("run", str(batch), "--tools", "tests.sample_tools"),
+    ):
         proc = toolfleet(*args, home=tmp_path, env=dead, timeout_s=30)
         _one_line_error(proc, "127.0.0.1:1", "does not answer", "TOOLFLEET_BROKER_URL")
         assert ":pw@" not in proc.stderr
