@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from celery import Celery, signals
+from celery.app.amqp import AMQP
 from kombu import Exchange, Queue
 
 from workers.registry import Registry, registry
@@ -19,6 +20,7 @@ from workers.settings import Settings
 __all__ = [
     "DEFAULT_BROKER_URL",
     "EXECUTE_TASK",
+    "ShadowNamedAMQP",
     "app",
     "create_app",
     "redis_url_of",
@@ -30,10 +32,26 @@ EXECUTE_TASK = "toolfleet.execute"
 DEFAULT_BROKER_URL = "redis://127.0.0.1:6379/0"
 
 
+class ShadowNamedAMQP(AMQP):
+    """Names the ``task-sent`` event like the message (``tool:<function>``, C10).
+
+    Celery puts the shadow name in the message but the real task name in the task-sent
+    event; Flower folds a late task-sent event over the worker's events, so a call would
+    flip to ``toolfleet.execute`` depending on event order.
+    """
+
+    def as_task_v2(self, task_id: str, name: str, *args: Any, **kwargs: Any) -> Any:
+        message = super().as_task_v2(task_id, name, *args, **kwargs)
+        shadow = message.headers.get("shadow")
+        if shadow and message.sent_event is not None:
+            message.sent_event["name"] = shadow
+        return message
+
+
 def create_app(settings: Settings, *, registry: Registry = registry) -> Celery:
     """A new Celery app for ``settings``; each call returns an independent app."""
     broker_url = settings.broker_url or DEFAULT_BROKER_URL
-    app = Celery("toolfleet", set_as_current=False)
+    app = Celery("toolfleet", set_as_current=False, amqp=ShadowNamedAMQP)
     app.conf.update(
         broker_url=broker_url,
         broker_connection_retry_on_startup=True,
