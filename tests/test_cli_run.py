@@ -263,6 +263,10 @@ def test_run_against_external_redis(
     assert status.returncode == 0, status.stderr
     hostnames = {w["hostname"] for w in json.loads(status.stdout)["workers"]}
     assert {sync_worker.hostname, async_worker.hostname} <= hostnames
+    table = toolfleet("status", home=home, env=env)
+    assert table.returncode == 0, table.stderr
+    assert "workers online" in table.stdout and "toolfleet.sync" in table.stdout
+    assert sync_worker.hostname in table.stdout and "calls in flight:" in table.stdout
 
 
 def test_sequential_strategy_runs_one_call_at_a_time(
