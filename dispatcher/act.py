@@ -23,6 +23,7 @@ from dispatcher.deadline import Deadline
 from dispatcher.envelope import Envelope, normalize
 from dispatcher.history import Unit, link_pair
 from dispatcher.hooks import HookPoint
+from dispatcher.nesting import check_nesting
 from dispatcher.publisher import Publisher
 from dispatcher.signals import GateDenied
 from schemas.action import ActionResponseModel, CallParams
@@ -511,6 +512,7 @@ class Batch:
 
 def check_wire(ctx: CallContext, max_argument_bytes: int) -> None:
     """Raise NotJSONError naming the key, or OversizedArgumentsError, before enqueueing."""
+    check_nesting(ctx.function, ctx.arguments)  # first: json.dumps would hit RecursionError
     try:
         encoded = json.dumps(ctx.arguments, allow_nan=False)
     except (TypeError, ValueError):

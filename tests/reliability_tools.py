@@ -7,9 +7,17 @@ import os
 import time
 from pathlib import Path
 
+from pydantic import BaseModel, ConfigDict
+
 from workers.registry import tool
 
-__all__ = ["mark_then_sleep", "mark_then_sleep_once", "sleep_then_mark"]
+__all__ = [
+    "SearchRequest",
+    "mark_then_sleep",
+    "mark_then_sleep_once",
+    "search",
+    "sleep_then_mark",
+]
 
 
 def _mark(path: str) -> int:
@@ -40,3 +48,18 @@ def sleep_then_mark(path: str, seconds: float) -> int:
     """Not idempotent; its side effect comes last, so 'finished' is easy to observe."""
     time.sleep(seconds)
     return _mark(path)
+
+
+class SearchRequest(BaseModel):
+    """A request model: the dispatcher validates types before anything is enqueued."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    query: str
+    limit: int = 10
+    api_key: str | None = None
+
+
+@tool(request_options=SearchRequest, secret_args=("api_key",))
+def search(query: str, limit: int = 10, api_key: str | None = None) -> list[str]:
+    return [query] * limit

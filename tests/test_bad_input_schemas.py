@@ -202,3 +202,18 @@ def test_a_secret_never_reaches_the_event_record() -> None:
     record = json.dumps(call.to_dict())
     assert MARKER not in record
     assert call.to_dict()["arguments"]["api_key"] == "***"
+
+
+def test_nesting_limit_names_the_argument_and_survives_self_reference() -> None:
+    from dispatcher.nesting import MAX_ARGUMENT_DEPTH, check_nesting
+
+    ok: Any = "leaf"
+    for _ in range(MAX_ARGUMENT_DEPTH - 1):
+        ok = [ok]
+    check_nesting("echo", {"value": ok})  # at the limit: accepted
+    with pytest.raises(ArgumentValidationError, match=r"argument 'value' of tool 'echo'"):
+        check_nesting("echo", {"value": [ok]})
+    loop: list[Any] = []
+    loop.append(loop)
+    with pytest.raises(ArgumentValidationError, match="nested more than"):
+        check_nesting("echo", {"cycle": loop})
