@@ -208,9 +208,9 @@ def test_nesting_limit_names_the_argument_and_survives_self_reference() -> None:
     from dispatcher.nesting import MAX_ARGUMENT_DEPTH, check_nesting
 
     ok: Any = "leaf"
-    for _ in range(MAX_ARGUMENT_DEPTH - 1):
+    for _ in range(MAX_ARGUMENT_DEPTH):
         ok = [ok]
-    check_nesting("echo", {"value": ok})  # at the limit: accepted
+    check_nesting("echo", {"value": ok})  # exactly at the limit: accepted
     with pytest.raises(ArgumentValidationError, match=r"argument 'value' of tool 'echo'"):
         check_nesting("echo", {"value": [ok]})
     loop: list[Any] = []
