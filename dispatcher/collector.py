@@ -14,7 +14,7 @@ from typing import cast
 
 import redis.asyncio as aioredis
 from pydantic import ValidationError
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 
 from schemas.wire import CallResult
 
@@ -37,6 +37,8 @@ class Collector:
         self.reply_key = reply_key
         self._pending: dict[tuple[str, int], asyncio.Future[CallResult]] = {}
         self._task: asyncio.Task[None] | None = None
+        # None until the server has shown whether it knows BLMPOP (Redis >= 7).
+        self._multipop: bool | None = None
 
     def start(self) -> None:
         if self._task is None:
@@ -88,15 +90,31 @@ class Collector:
         if future is not None and not future.done():
             future.set_result(result)
 
+    async def _pop(self) -> list[bytes]:
+        """Wait up to _BLOCK_S for replies; return every one available, in one round trip
+        on Redis >= 7 (BLMPOP), in two on older servers (BLPOP, then LPOP the rest)."""
+        if self._multipop is not False:
+            try:
+                popped = await self.client.blmpop(
+                    _BLOCK_S, 1, self.reply_key, direction="LEFT", count=_DRAIN_COUNT
+                )
+            except ResponseError as exc:
+                if self._multipop or "unknown command" not in str(exc).lower():
+                    raise
+                self._multipop = False
+            else:
+                self._multipop = True
+                return [] if popped is None else cast(list[bytes], popped[1])
+        first = await self.client.blpop([self.reply_key], timeout=_BLOCK_S)
+        if first is None:
+            return []
+        more = await self.client.lpop(self.reply_key, _DRAIN_COUNT)
+        return [cast(bytes, first[1]), *cast(list[bytes], more or [])]
+
     async def _run(self) -> None:
         while True:
             try:
-                popped = await self.client.blpop([self.reply_key], timeout=_BLOCK_S)
-                if popped is None:
-                    continue
-                self.deliver(cast(bytes, popped[1]))
-                more = await self.client.lpop(self.reply_key, _DRAIN_COUNT)
-                for raw in cast(list[bytes], more or []):
+                for raw in await self._pop():
                     self.deliver(raw)
             except (RedisError, OSError) as exc:
                 # Replies wait in the Redis list meanwhile, so a reconnect loses none.

@@ -17,6 +17,7 @@ import redis.asyncio as aioredis
 from pydantic import TypeAdapter
 from redis.exceptions import RedisError
 
+from dispatcher.context import new_call_id
 from schemas.action import ActionResponseModel
 from schemas.messages import (
     ActionRequest,
@@ -60,11 +61,13 @@ def link_pair(
 ) -> tuple[ActionRequest, ActionResponse]:
     """An ActionRequest and its ActionResponse, each naming the other's id (C1, C2)."""
     request = ActionRequest(
+        id=new_call_id(),
         sender=branch_id,
         recipient=function,
         content=ActionRequestContent(function=function, arguments=arguments),
     )
     response = ActionResponse(
+        id=new_call_id(),
         sender=function,
         recipient=branch_id,
         content=ActionResponseContent(

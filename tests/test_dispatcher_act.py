@@ -617,11 +617,12 @@ def test_branch_history_loads_by_id_from_another_process(fleet_settings: Setting
         [sys.executable, "-c", reader, branch.id],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=120,
         cwd=REPO_ROOT,
         env=env,
-        check=True,
+        check=False,
     )
+    assert out.returncode == 0, out.stderr[-3000:]
     data = json.loads(out.stdout)
     assert [m["id"] for m in data["messages"]] == [m.id for m in branch.messages]
     assert [m["role"] for m in data["messages"]] == ["action_request", "action_response"] * 3
