@@ -200,12 +200,16 @@ def _result(call_id: str, attempt: int = 0, response: Any = 1) -> str:
     ).model_dump_json()
 
 
-def test_collector_resolves_each_attempt_once_and_ignores_duplicates(redis_url: str) -> None:
+@pytest.mark.parametrize("multipop", [None, False], ids=["blmpop", "blpop-fallback"])
+def test_collector_resolves_each_attempt_once_and_ignores_duplicates(
+    redis_url: str, multipop: bool | None
+) -> None:
     async def scenario() -> None:
         reply_key = Keys("unit-collector").reply("c")
         client = aioredis.Redis.from_url(redis_url)
         await client.delete(reply_key)
         collector = Collector(aioredis.Redis.from_url(redis_url), reply_key)
+        collector._multipop = multipop  # False: as against Redis 6.2, which has no BLMPOP
         collector.start()
         try:
             first = collector.expect("a", 0)
