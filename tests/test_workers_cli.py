@@ -13,7 +13,14 @@ import redis
 
 import tests.sample_tools  # noqa: F401  (registers the tools the workers run)
 from schemas.status import EventStatus
-from tests.fleet import REPO_ROOT, collect_replies, make_call, start_worker, wait_for
+from tests.fleet import (
+    REPO_ROOT,
+    WorkerProcess,
+    collect_replies,
+    make_call,
+    start_worker,
+    wait_for,
+)
 from workers.app import create_app
 from workers.keys import Keys
 from workers.publish import publish_calls
@@ -84,6 +91,54 @@ def test_sigterm_is_a_warm_shutdown_that_finishes_running_calls(
         (result,) = collect_replies(redis_client, reply_to, 1, timeout_s=5)
         assert result.status is EventStatus.COMPLETED
         assert result.worker == worker.hostname
+    finally:
+        worker.stop()
+        app.close()
+
+
+def test_plain_celery_runs_the_app_with_the_asyncio_pool(
+    redis_url: str, redis_client: redis.Redis, tmp_path: Path
+) -> None:
+    """``celery -A workers.app worker -P custom`` works as a Celery user expects."""
+    queue = f"toolfleet.async.plain-{uuid.uuid4().hex[:8]}"
+    hostname = f"plain-{uuid.uuid4().hex[:8]}@localhost"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLFLEET_")}
+    env.update(
+        TOOLFLEET_BROKER_URL=redis_url,
+        TOOLFLEET_TOOLS="tests.sample_tools",
+        TOOLFLEET_ASYNC_QUEUE=queue,
+        CELERY_CUSTOM_WORKER_POOL="workers.aio_pool:AsyncioPool",
+        PYTHONPATH=str(REPO_ROOT),
+    )
+    log_path = tmp_path / "celery.log"
+    command = [sys.executable, "-m", "celery", "-A", "workers.app", "worker", "-P", "custom"]
+    command += ["-Q", queue, "-c", "20", "-n", hostname]
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(
+            command,
+            cwd=REPO_ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    worker = WorkerProcess("async", hostname, process, log_path)
+    app = create_app(Settings(broker_url=redis_url, async_queue=queue))
+    try:
+        wait_for(
+            lambda: (
+                process.poll() is None and app.control.ping(destination=[hostname], timeout=0.5)
+            ),
+            timeout_s=60,
+            what=f"celery worker {hostname} to answer (log: {log_path})",
+        )
+        reply_to = "toolfleet:reply:test-plain-celery"
+        message = make_call("whoami_async", {}, reply_to=reply_to)
+        publish_calls(app, [(message, registry.get("whoami_async"))])
+        (result,) = collect_replies(redis_client, reply_to, 1, timeout_s=15)
+        assert result.status is EventStatus.COMPLETED
+        assert result.worker == hostname
+        assert result.execution["response"]["pid"] == process.pid
     finally:
         worker.stop()
         app.close()

@@ -30,7 +30,6 @@ from kombu.serialization import loads as loads_message
 from kombu.serialization import prepare_accept_content
 
 from schemas.status import EventStatus
-from workers.batch import EXECUTE_MANY_TASK, execute_many_async
 from workers.keys import Keys
 from workers.task import Outcome, WorkerRuntime, execute_async, runtime_for
 
@@ -42,6 +41,8 @@ logger = logging.getLogger(__name__)
 _READY_TIMEOUT_S = 10.0
 # On cold shutdown, how long cancelled calls get to clean up before the loop stops.
 _CANCEL_GRACE_S = 5.0
+# workers.batch.EXECUTE_MANY_TASK, spelled out to keep this module free of import cycles.
+_EXECUTE_MANY_TASK = "toolfleet.execute_many"
 # Backoff between reconnects of the cancel-channel subscriber.
 _RESUBSCRIBE_DELAY_S = 1.0
 
@@ -250,7 +251,11 @@ class AsyncioPool(BasePool):
                     body, content_type, content_encoding, accept=self._accept
                 )
                 message = args[0]
-                if request_dict.get("task") == EXECUTE_MANY_TASK:  # opt-in batching (issue 8)
+                if request_dict.get("task") == _EXECUTE_MANY_TASK:  # opt-in batching (issue 8)
+                    # Imported here: `celery -P custom` imports this pool before the app,
+                    # and workers.batch imports workers.app, which imports workers.batch.
+                    from workers.batch import execute_many_async
+
                     summary = await execute_many_async(
                         message,
                         runtime=self._runtime,

@@ -21,7 +21,6 @@ __all__ = [
     "DEFAULT_BROKER_URL",
     "EXECUTE_TASK",
     "ShadowNamedAMQP",
-    "app",
     "create_app",
     "redis_url_of",
     "registry_of",
@@ -140,4 +139,17 @@ def _load_tools_at_worker_start(app: Celery) -> None:
     signals.worker_init.connect(load, weak=False)
 
 
-app = create_app(Settings.from_env())
+_default_app: Celery | None = None
+
+
+def __getattr__(name: str) -> Any:
+    # ``app`` is built on first access, not at import: importing this module (as the
+    # dispatcher and workers.task do) must not read the environment or create an app, and
+    # would otherwise be an import cycle with workers.task. ``celery -A workers.app`` reads
+    # ``workers.app.app`` and so gets it.
+    global _default_app
+    if name == "app":
+        if _default_app is None:
+            _default_app = create_app(Settings.from_env())
+        return _default_app
+    raise AttributeError(f"module 'workers.app' has no attribute {name!r}")
