@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 import redis
 
+from bench.measure import Result
 from bench.sizes import FULL, QUICK
 from bench.workloads import MODES, WORKLOADS, Context
 
@@ -88,8 +89,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         for name in args.only or list(WORKLOADS):
-            for result in WORKLOADS[name](ctx):
-                ctx.emit(result)
+            try:
+                for result in WORKLOADS[name](ctx):
+                    ctx.emit(result)
+            except Exception as exc:  # one broken workload must not lose the others' lines
+                ctx.emit(Result(name, "*", 0, 0.0, error=f"{type(exc).__name__}: {exc}"))
     finally:
         client.flushdb()
         client.close()

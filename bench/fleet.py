@@ -101,8 +101,14 @@ class FleetClient:
         requests = [{"function": function, "arguments": a} for a in arguments]
         params = CallParams(max_concurrent=max_concurrent)
         start = time.perf_counter()
-        async with asyncio.timeout(timeout_s):
-            results = await branch.act(requests, call_params=params)
+        try:
+            async with asyncio.timeout(timeout_s):
+                results = await branch.act(requests, call_params=params)
+        except TimeoutError:
+            raise RuntimeError(
+                f"toolfleet {function}: act() of {len(requests)} calls did not return within "
+                f"{timeout_s:g}s; {await self._diagnose()}"
+            ) from None
         wall_s = time.perf_counter() - start
         bad = [r for r in results if r.status is not EventStatus.COMPLETED]
         if len(results) != len(requests) or bad:
@@ -112,6 +118,18 @@ class FleetClient:
                 f"completed; first problem: {first}"
             )
         return wall_s
+
+    async def _diagnose(self) -> str:
+        """Which awaited calls finished on a worker but whose reply never reached us."""
+        pending = list(getattr(self.fleet.collector, "_pending", {}))
+        if not pending:
+            return "no call is awaited by the collector"
+        raws = await self.fleet.redis.mget([self.fleet.keys.event(c) for c, _ in pending])
+        stored = sum(raw is not None for raw in raws)
+        return (
+            f"{len(pending)} calls still awaited, {stored} of them with a terminal record in "
+            f"Redis (finished, but their reply was lost between the reply list and the collector)"
+        )
 
     def close(self) -> None:
         self.loop.run_until_complete(self.fleet.aclose())

@@ -49,6 +49,12 @@ class Result:
     ratios: dict[str, float] = field(default_factory=dict)
     target: dict[str, Any] | None = None
     skipped: str | None = None
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """Measured (not skipped, not failed), so it takes part in ratios."""
+        return self.skipped is None and self.error is None
 
     @property
     def calls_per_s(self) -> float:
@@ -64,6 +70,9 @@ class Result:
             line["variant"] = self.variant
         if self.skipped is not None:
             line["skipped"] = self.skipped
+        if self.error is not None:
+            line["error"] = self.error
+        if self.skipped is not None or self.error is not None:
             return json.dumps(line)
         line.update(
             calls=self.calls,

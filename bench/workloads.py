@@ -6,13 +6,12 @@ import json
 import subprocess
 import sys
 from collections.abc import Callable, Iterable
-from contextlib import ExitStack
 from dataclasses import dataclass, field
 
 from bench import fleet, inprocess, tools
 from bench.celery_app import ECHO, SLEEP_ASYNC, SLEEP_SYNC
 from bench.measure import Result, percentile
-from bench.procs import WorkerProcess, repo_root
+from bench.procs import repo_root
 from bench.raw_celery import RawCelery
 from bench.raw_celery import worker as raw_worker
 from bench.sizes import Sizes
@@ -20,7 +19,8 @@ from bench.sizes import Sizes
 __all__ = ["MODES", "WORKLOADS", "Context"]
 
 MODES = ("inprocess", "celery", "toolfleet", "toolfleet-batched")
-BATCH_TIMEOUT_S = 900.0
+# A batch that has not finished by then is reported as an error line, and the run goes on.
+BATCH_TIMEOUT_S = 300.0
 
 
 @dataclass
@@ -50,8 +50,59 @@ def _skipped(workload: str, mode: str, reason: str, variant: str = "") -> Result
     return Result(workload, mode, 0, 0.0, variant=variant, skipped=reason)
 
 
-def _started(stack: ExitStack, worker: WorkerProcess) -> WorkerProcess:
-    return stack.enter_context(worker)
+def _celery_batch(
+    ctx: Context,
+    workload: str,
+    task: str,
+    args: list[dict[str, object]],
+    pool: str,
+    concurrency: int,
+    variant: str = "",
+    extra: dict[str, object] | None = None,
+) -> Result:
+    """One raw-Celery batch on a fresh worker; a failure is a result line, not a crash."""
+    extra = {"concurrency": concurrency, **(extra or {})}
+    name = f"bench-raw-{workload}-{pool}{concurrency}"
+    try:
+        with raw_worker(ctx.broker_url, pool, concurrency, name):
+            client = RawCelery(ctx.broker_url)
+            try:
+                wall_s = client.run_batch(task, args, BATCH_TIMEOUT_S)
+            finally:
+                client.close()
+    except Exception as exc:
+        return Result(workload, "celery", len(args), 0.0, variant, extra, error=_text(exc))
+    return Result(workload, "celery", len(args), wall_s, variant, extra)
+
+
+def _fleet_batch(
+    ctx: Context,
+    workload: str,
+    mode: str,
+    function: str,
+    args: list[dict[str, object]],
+    kind: str,
+    concurrency: int,
+    variant: str = "",
+    extra: dict[str, object] | None = None,
+) -> Result:
+    """One Branch.act batch on a fresh toolfleet worker; skipped or failed is a result line."""
+    extra = {"concurrency": concurrency, **(extra or {})}
+    reason = ctx.fleet_skip(mode)
+    if reason:
+        return _skipped(workload, mode, reason, variant)
+    name = f"bench-fleet-{workload}-{mode}-{concurrency}"
+    try:
+        with fleet.worker(ctx.broker_url, kind, concurrency, name):
+            with fleet.FleetClient(ctx.broker_url, batched=mode == "toolfleet-batched") as client:
+                wall_s = client.run_batch(function, args, BATCH_TIMEOUT_S)
+    except Exception as exc:
+        return Result(workload, mode, len(args), 0.0, variant, extra, error=_text(exc))
+    return Result(workload, mode, len(args), wall_s, variant, extra)
+
+
+def _text(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"[:2000]
 
 
 # --- echo: per-call overhead -------------------------------------------------------------
@@ -64,24 +115,11 @@ def echo(ctx: Context) -> list[Result]:
     if ctx.wants("inprocess"):
         results.append(Result("echo", "inprocess", n, inprocess.run_batch(tools.echo, args)))
     if ctx.wants("celery"):
-        with raw_worker(ctx.broker_url, "prefork", c, "bench-raw-echo"):
-            raw = RawCelery(ctx.broker_url)
-            wall_s = raw.run_batch(ECHO, args, BATCH_TIMEOUT_S)
-            raw.close()
-        results.append(Result("echo", "celery", n, wall_s, extra={"concurrency": c}))
+        results.append(_celery_batch(ctx, "echo", ECHO, args, "prefork", c))
     for mode in ("toolfleet", "toolfleet-batched"):
-        if not ctx.wants(mode):
-            continue
-        batched = mode == "toolfleet-batched"
-        reason = ctx.fleet_skip(mode)
-        if reason:
-            results.append(_skipped("echo", mode, reason))
-            continue
-        with fleet.worker(ctx.broker_url, "sync", c, f"bench-fleet-echo-{mode}"):
-            with fleet.FleetClient(ctx.broker_url, batched=batched) as client:
-                wall_s = client.run_batch("echo", args, BATCH_TIMEOUT_S)
-        results.append(Result("echo", mode, n, wall_s, extra={"concurrency": c}))
-    by_mode = {r.mode: r for r in results if r.skipped is None}
+        if ctx.wants(mode):
+            results.append(_fleet_batch(ctx, "echo", mode, "echo", args, "sync", c))
+    by_mode = {r.mode: r for r in results if r.ok}
     for r in by_mode.values():
         for other in by_mode.values():
             if other is not r:
@@ -114,22 +152,14 @@ def sync(ctx: Context) -> list[Result]:
         variant = f"concurrency={c}"
         row: list[Result] = []
         if ctx.wants("celery"):
-            with raw_worker(ctx.broker_url, "prefork", c, f"bench-raw-sync{c}"):
-                raw = RawCelery(ctx.broker_url)
-                wall_s = raw.run_batch(SLEEP_SYNC, args, BATCH_TIMEOUT_S)
-                raw.close()
-            row.append(Result("sync", "celery", n, wall_s, variant=variant))
+            row.append(_celery_batch(ctx, "sync", SLEEP_SYNC, args, "prefork", c, variant))
         if ctx.wants("toolfleet"):
-            reason = ctx.fleet_skip("toolfleet")
-            if reason:
-                results.append(_skipped("sync", "toolfleet", reason, variant))
-            else:
-                with fleet.worker(ctx.broker_url, "sync", c, f"bench-fleet-sync{c}"):
-                    with fleet.FleetClient(ctx.broker_url) as client:
-                        wall_s = client.run_batch("sleep_sync", args, BATCH_TIMEOUT_S)
-                row.append(Result("sync", "toolfleet", n, wall_s, variant=variant))
+            row.append(
+                _fleet_batch(ctx, "sync", "toolfleet", "sleep_sync", args, "sync", c, variant)
+            )
+        results.extend(row)
+        row = [r for r in row if r.ok]
         for r in row:
-            r.extra["concurrency"] = c
             if base is not None:
                 speedup = base.wall_s / r.wall_s
                 r.ratios["speedup_vs_inprocess"] = speedup
@@ -140,7 +170,6 @@ def sync(ctx: Context) -> list[Result]:
             for other in row:
                 if other is not r:
                     r.ratios[f"wall_vs_{other.mode}"] = r.wall_s / other.wall_s
-        results.extend(row)
     return results
 
 
@@ -157,42 +186,34 @@ def async_(ctx: Context) -> list[Result]:
     celery_runs: list[Result] = []
     if ctx.wants("celery"):
         for threads in ctx.sizes.async_thread_pools:
-            with raw_worker(ctx.broker_url, "threads", threads, f"bench-raw-async{threads}"):
-                raw = RawCelery(ctx.broker_url)
-                wall_s = raw.run_batch(SLEEP_ASYNC, args, BATCH_TIMEOUT_S)
-                raw.close()
             celery_runs.append(
-                Result("async", "celery", n, wall_s, variant=f"threads={threads}",
-                       extra={"pool": "threads", "concurrency": threads})
+                _celery_batch(ctx, "async", SLEEP_ASYNC, args, "threads", threads,
+                              f"threads={threads}", {"pool": "threads"})
             )  # fmt: skip
         results.extend(celery_runs)
-    best = min(celery_runs, key=lambda r: r.wall_s) if celery_runs else None
+    measured = [r for r in celery_runs if r.ok]
+    best = min(measured, key=lambda r: r.wall_s) if measured else None
     if best is not None:
         best.extra["best_celery_pool"] = True
+    concurrency = max(ctx.sizes.async_thread_pools)
     for mode in ("toolfleet", "toolfleet-batched"):
         if not ctx.wants(mode):
             continue
-        reason = ctx.fleet_skip(mode)
-        if reason:
-            results.append(_skipped("async", mode, reason))
-            continue
-        batched = mode == "toolfleet-batched"
-        concurrency = max(ctx.sizes.async_thread_pools)
-        with fleet.worker(ctx.broker_url, "async", concurrency, f"bench-fleet-async-{mode}"):
-            with fleet.FleetClient(ctx.broker_url, batched=batched) as client:
-                wall_s = client.run_batch("sleep_async", args, BATCH_TIMEOUT_S)
-        r = Result("async", mode, n, wall_s, extra={"pool": "asyncio", "concurrency": concurrency})
+        r = _fleet_batch(ctx, "async", mode, "sleep_async", args, "async", concurrency,
+                         extra={"pool": "asyncio"})  # fmt: skip
         results.append(r)
+        if not r.ok:
+            continue
         if best is not None:
             ratio = r.wall_s / best.wall_s
             r.ratios["wall_vs_best_celery"] = ratio
-            if not batched:
+            if mode == "toolfleet":
                 r.target = _target("wall <= 1.25 x best celery pool", ratio, ratio <= 1.25)
-        if batched:
+        if mode == "toolfleet-batched":
             r.target = _target("wall < 2 s", r.wall_s, r.wall_s < 2.0)
     inproc = next((r for r in results if r.mode == "inprocess"), None)
     for r in results:
-        if inproc is not None and r is not inproc and r.skipped is None:
+        if inproc is not None and r is not inproc and r.ok:
             r.ratios["wall_vs_inprocess"] = r.wall_s / inproc.wall_s
     return results
 
@@ -218,14 +239,17 @@ def latency(ctx: Context) -> list[Result]:
         if reason:
             results.append(_skipped("latency", "toolfleet", reason))
         else:
-            with fleet.worker(ctx.broker_url, "sync", c, "bench-fleet-latency"):
-                with fleet.FleetClient(ctx.broker_url) as client:
-                    client.run_sequential("echo", args[:5], BATCH_TIMEOUT_S)
-                    runs["toolfleet"] = client.run_sequential("echo", args, BATCH_TIMEOUT_S)
+            try:
+                with fleet.worker(ctx.broker_url, "sync", c, "bench-fleet-latency"):
+                    with fleet.FleetClient(ctx.broker_url) as client:
+                        client.run_sequential("echo", args[:5], BATCH_TIMEOUT_S)
+                        runs["toolfleet"] = client.run_sequential("echo", args, BATCH_TIMEOUT_S)
+            except Exception as exc:
+                results.append(Result("latency", "toolfleet", n, 0.0, error=_text(exc)))
     for mode, lat in runs.items():
         extra = {"p50_ms": 1000 * percentile(lat, 50), "p99_ms": 1000 * percentile(lat, 99)}
         results.append(Result("latency", mode, n, sum(lat), extra=extra))
-    measured = {r.mode: r for r in results if r.skipped is None}
+    measured = {r.mode: r for r in results if r.ok}
     for r in measured.values():
         for other in measured.values():
             if other is not r:
