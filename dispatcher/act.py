@@ -93,6 +93,7 @@ class Batch:
         self._ready: dict[int, Unit | None] = {}
         self._next_write = 0
         self._write_lock = asyncio.Lock()
+        self._writing: asyncio.Future[None] | None = None
         self._stopped = False
         self._throttle_lock = asyncio.Lock()
         self._last_start_s: float | None = None
@@ -188,6 +189,7 @@ class Batch:
         """Hold ``unit`` until every earlier call is written, then write the ready run."""
         self._ready[index] = unit
         async with self._write_lock:
+            await self._landed()
             run: list[Unit] = []
             while self._next_write in self._ready:
                 ready = self._ready.pop(self._next_write)
@@ -195,7 +197,19 @@ class Batch:
                 if ready is not None:
                     run.append(ready)
             if run:
-                await self.branch._write_units(run, self.fleet)
+                await self._write(run)
+
+    async def _write(self, run: list[Unit]) -> None:
+        """Write ``run`` shielded: a cancelled caller cannot cut a unit in half (C5)."""
+        self._writing = asyncio.ensure_future(self.branch._write_units(run, self.fleet))
+        await asyncio.shield(self._writing)
+        self._writing = None
+
+    async def _landed(self) -> None:
+        """Wait for a write whose task was cancelled mid-way, so units land in input order."""
+        if self._writing is not None:
+            await asyncio.shield(self._writing)
+            self._writing = None
 
     # -- one call ----------------------------------------------------------------------
 
@@ -317,6 +331,7 @@ class Batch:
         (queued ones revoked, running async ones cancelled on their workers).
         """
         async with self._write_lock:
+            await self._landed()
             stopped: list[tuple[int, CallContext, CallMessage]] = []
             units: dict[int, Unit | None] = {}
             for index in range(self._next_write, len(self.items)):

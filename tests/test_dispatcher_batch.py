@@ -228,3 +228,37 @@ def test_collector_keeps_the_loop_free_and_history_grows_in_input_order(
     assert seen["max_gap_s"] < 0.5
     # History grew while the batch ran, not all at the end.
     assert any(0 < size < 2 * n for size in seen["sizes"])
+
+
+def test_cancelling_act_during_a_write_still_writes_whole_units_in_order(
+    fleet_settings: Settings,
+) -> None:
+    async def scenario(fleet: Fleet) -> Branch:
+        branch = Branch(fleet=fleet)
+        in_hook = asyncio.Event()
+        release = asyncio.Event()
+
+        async def slow_post(payload: dict[str, Any]) -> None:
+            if payload["response"] == "first":
+                in_hook.set()
+                await release.wait()  # the write of call 0 is in progress here
+
+        branch.hooks.on(HookPoint.TOOL_POST, slow_post)
+        task = asyncio.create_task(
+            branch.act([call("echo", value="first"), call("sleep_async", seconds=5)])
+        )
+        await in_hook.wait()
+        task.cancel()
+        await asyncio.sleep(0)  # let the cancellation reach the batch before releasing
+        release.set()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return branch
+
+    branch = run(fleet_settings, scenario)
+    roles = [m.role for m in branch.messages]
+    assert roles == ["action_request", "action_response"] * 2
+    first, second = branch.messages[1], branch.messages[3]
+    assert first.content.output == "first" and first.content.error is None  # type: ignore[union-attr]
+    assert str(second.content.error).startswith("CancelledError")  # type: ignore[union-attr]
+    assert [e["execution"]["status"] for e in branch.events] == ["completed", "cancelled"]
