@@ -24,6 +24,7 @@ __all__ = [
     "sleep_sync",
     "slow_async",
     "slow_sync",
+    "stubborn_sync",
     "whoami",
     "whoami_async",
     "with_secret",
@@ -136,4 +137,16 @@ def append_then_sleep(path: str, seconds: float) -> float:
     with open(path, "a", encoding="utf-8") as f:
         f.write("started\n")
     time.sleep(seconds)
+    return seconds
+
+
+@tool(timeout_s=0.5)
+def stubborn_sync(seconds: float = 30.0) -> float:
+    """Swallows the soft time limit and keeps blocking: only the hard limit stops it."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            time.sleep(max(0.0, deadline - time.monotonic()))
+        except Exception:  # SoftTimeLimitExceeded, deliberately ignored
+            continue
     return seconds

@@ -200,3 +200,16 @@ def test_secret_arguments_never_reach_records_results_or_logs(
     for key in redis_client.scan_iter():
         value = redis_client.get(key) if redis_client.type(key) == b"string" else b""
         assert secret.encode() not in (value or b""), f"secret stored under {key!r}"
+
+
+def test_a_tool_ignoring_the_soft_limit_is_killed_at_the_hard_limit_and_recorded(
+    sync_worker: WorkerProcess, celery_app: Celery, redis_client: redis.Redis
+) -> None:
+    started = time.monotonic()
+    (result,) = run_calls(celery_app, redis_client, [("stubborn_sync", {"seconds": 30})])
+    assert time.monotonic() - started < 20
+    assert result.status is EventStatus.FAILED
+    error = result.execution["error"]
+    assert error["error"] == "ToolTimeoutError"
+    assert "'stubborn_sync'" in error["message"] and "hard time_limit" in error["message"]
+    assert celery_state(celery_app, result.call_id) == "FAILURE"

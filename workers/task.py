@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from celery import Celery, Task, signals
-from celery.exceptions import Ignore, SoftTimeLimitExceeded
+from celery.exceptions import Ignore, SoftTimeLimitExceeded, TimeLimitExceeded
 from pydantic import ValidationError
 
 import schemas.errors as toolfleet_errors
@@ -98,6 +98,11 @@ class WorkerRuntime:
             )
             self._async_stores[id(loop)] = store
         return store
+
+    def discard_loop(self) -> None:
+        """Forget a loop left mid-task by an interrupt; the next call gets a fresh one."""
+        self._loop = None
+        self._async_stores.clear()
 
     def process_loop(self) -> asyncio.AbstractEventLoop:
         """The prefork child's event loop, reused across calls (not asyncio.run per call)."""
@@ -339,46 +344,87 @@ def register_execute_task(app: Celery) -> Task:
     def execute(self: Task, message: dict[str, Any]) -> dict[str, Any]:
         runtime = runtime_for(self.app)
         hard_s, soft_s = self.request.timelimit or (None, None)
-        outcome = runtime.process_loop().run_until_complete(
-            execute_async(
-                message,
-                runtime=runtime,
-                hostname=self.request.hostname,
-                limit_s=soft_s or hard_s,
+        loop = runtime.process_loop()
+        try:
+            outcome = loop.run_until_complete(
+                execute_async(
+                    message,
+                    runtime=runtime,
+                    hostname=self.request.hostname,
+                    limit_s=soft_s or hard_s,
+                )
             )
-        )
+        except SoftTimeLimitExceeded:
+            # The soft limit struck outside the tool (while the loop waited on Redis): the
+            # loop may hold a half-run task, so drop it, and record the timeout here.
+            runtime.discard_loop()
+            exc = ToolTimeoutError(
+                f"call of tool {message.get('function')!r} exceeded its time limit of "
+                f"{_fmt_s(soft_s)} (Celery soft_time_limit)"
+            )
+            _record_if_absent(runtime, message, exc, EventStatus.FAILED, self.request.hostname)
+            raise exc from None
         return to_celery(self, outcome)
 
     task: Task = execute
 
+    def is_ours(sender: Any) -> bool:
+        # No sender filter at connect time: @app.task returns a proxy, not the task itself.
+        return getattr(sender, "name", None) == EXECUTE_TASK and getattr(sender, "app", None) is app
+
     def record_revoked(sender: Any = None, request: Any = None, **_: Any) -> None:
         # A revoked call never reaches execute() (or its process was killed mid-call):
         # record it CANCELLED so its collector is not left waiting.
-        if getattr(sender, "name", None) != EXECUTE_TASK or getattr(sender, "app", None) is not app:
+        if not is_ours(sender):
             return
         args = getattr(request, "args", None) or ()
-        if not args or not isinstance(args[0], dict):
-            return
-        try:
-            msg = CallMessage.model_validate(args[0])
-        except ValidationError:
-            return
-        runtime = runtime_for(app)
-        reg = runtime.registry
-        tool = reg.get(msg.function) if msg.function in reg else None
-        cancelled = asyncio.CancelledError(f"call {msg.call_id} was revoked")
-        result = CallResult(
-            call_id=msg.call_id,
-            function=msg.function,
-            event=failed_event(msg, tool, cancelled, status=EventStatus.CANCELLED),
-            attempt=msg.attempt,
-            worker=getattr(request, "hostname", None),
-        )
-        runtime.sync_store.finish_if_absent(result, msg.reply_to)
+        if args:
+            exc = asyncio.CancelledError("the call was revoked")
+            hostname = getattr(request, "hostname", None)
+            _record_if_absent(runtime_for(app), args[0], exc, EventStatus.CANCELLED, hostname)
 
-    # No sender filter: @app.task returns a proxy whose identity differs from the task's.
+    def record_hard_timeout(
+        sender: Any = None, exception: Any = None, args: Any = None, **_: Any
+    ) -> None:
+        # Celery killed the process at the hard time limit: nothing in it wrote the record.
+        if not is_ours(sender) or not isinstance(exception, TimeLimitExceeded) or not args:
+            return
+        function = args[0].get("function") if isinstance(args[0], dict) else None
+        exc = ToolTimeoutError(
+            f"tool {function!r} exceeded Celery's hard time_limit ({exception}) and its "
+            f"process was killed; raise the tool's timeout_s if it needs longer"
+        )
+        _record_if_absent(runtime_for(app), args[0], exc, EventStatus.FAILED, None)
+
     signals.task_revoked.connect(record_revoked, weak=False)
+    signals.task_failure.connect(record_hard_timeout, weak=False)
     return task
+
+
+def _record_if_absent(
+    runtime: WorkerRuntime,
+    message: Any,
+    exc: BaseException,
+    status: EventStatus,
+    hostname: str | None,
+) -> None:
+    """Record a call that ended outside execute_async, unless it already has a record."""
+    if not isinstance(message, dict):
+        return
+    try:
+        msg = CallMessage.model_validate(message)
+    except ValidationError:
+        return  # no call_id to record under
+    reg = runtime.registry
+    tool = reg.get(msg.function) if msg.function in reg else None
+    result = CallResult(
+        call_id=msg.call_id,
+        function=msg.function,
+        event=failed_event(msg, tool, exc, status=status),
+        attempt=msg.attempt,
+        worker=hostname,
+    )
+    runtime.sync_store.finish_if_absent(result, msg.reply_to)
 
 
 def to_celery(task: Task, outcome: Outcome) -> dict[str, Any]:
