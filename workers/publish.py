@@ -92,20 +92,23 @@ def revoke_calls(app: Celery, task_ids: Iterable[str]) -> None:
         app.control.revoke(ids)
 
 
-def cancel_running(app_or_redis: Celery | redis.Redis, call_ids: Iterable[str]) -> int:
+def cancel_running(
+    app_or_redis: Celery | redis.Redis, call_ids: Iterable[str], *, keys: Keys | None = None
+) -> int:
     """Ask every async worker to cancel these calls if running; returns listeners reached.
 
-    A cancelled call's record ends CANCELLED and its Celery state REVOKED.
+    A cancelled call's record ends CANCELLED and its Celery state REVOKED. With a Redis
+    client, pass ``keys`` unless the fleet uses the default key prefix.
     """
     ids = list(call_ids)
     if not ids:
         return 0
     if isinstance(app_or_redis, Celery):
-        keys = Keys(settings_of(app_or_redis).key_prefix)
+        keys = keys or Keys(settings_of(app_or_redis).key_prefix)
         client = redis.Redis.from_url(redis_url_of(app_or_redis))
         owned = True
     else:
-        keys = Keys()
+        keys = keys or Keys()
         client = app_or_redis
         owned = False
     try:
