@@ -629,3 +629,30 @@ def test_branch_history_loads_by_id_from_another_process(fleet_settings: Setting
     assert data["messages"][3]["content"]["error"] == "ValueError: boom"
     assert data["messages"][1]["content"]["output"] == 0.2
     assert [e["call_id"] for e in data["events"]] == [r.call_id for r in results]
+
+
+def test_standalone_branch_uses_the_process_default_fleet_across_event_loops(
+    fleet_settings: Settings, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import dispatcher.fleet
+
+    monkeypatch.setenv("TOOLFLEET_BROKER_URL", str(fleet_settings.broker_url))
+    monkeypatch.setenv("TOOLFLEET_TOOLS", "tests.sample_tools")
+    monkeypatch.setattr(dispatcher.fleet, "_default", None)
+
+    async def once(value: int) -> list[ActionResponseModel]:
+        return await Branch().act(call("echo", value=value), verbose_action=True)
+
+    caplog.set_level("INFO", logger="dispatcher.act")
+    # Two event loops in turn: the default fleet re-binds its clients to each.
+    assert asyncio.run(once(1))[0].output == 1
+    default = Branch().fleet
+    assert asyncio.run(once(2))[0].output == 2
+    assert Branch().fleet is default
+    assert default.settings.broker_url == fleet_settings.broker_url
+    assert "echo({'value': 2})" in caplog.text  # verbose_action logs each call
+
+    async def close() -> None:
+        await default.aclose()
+
+    asyncio.run(close())
