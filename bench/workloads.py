@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from bench import fleet, inprocess, tools
+from bench import fleet, inprocess, lionagi_mode, tools
 from bench.celery_app import ECHO, SLEEP_ASYNC, SLEEP_SYNC
 from bench.measure import Result, percentile
 from bench.procs import repo_root
@@ -18,7 +18,7 @@ from bench.sizes import Sizes
 
 __all__ = ["MODES", "WORKLOADS", "Context"]
 
-MODES = ("inprocess", "celery", "toolfleet", "toolfleet-batched")
+MODES = ("inprocess", "celery", "toolfleet", "toolfleet-batched", "lionagi")
 # A batch that has not finished by then is reported as an error line, and the run goes on.
 BATCH_TIMEOUT_S = 300.0
 
@@ -101,6 +101,17 @@ def _fleet_batch(
     return Result(workload, mode, len(args), wall_s, variant, extra)
 
 
+def _lionagi(workload: str, func: Callable[..., object], args: list[dict[str, object]]) -> Result:
+    """The optional lionagi comparison, or the reason it is skipped."""
+    reason = lionagi_mode.unavailable()
+    if reason:
+        return _skipped(workload, "lionagi", reason)
+    try:
+        return Result(workload, "lionagi", len(args), lionagi_mode.run_batch(func, args))
+    except Exception as exc:
+        return Result(workload, "lionagi", len(args), 0.0, error=_text(exc))
+
+
 def _text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"[:2000]
 
@@ -114,6 +125,8 @@ def echo(ctx: Context) -> list[Result]:
     results = []
     if ctx.wants("inprocess"):
         results.append(Result("echo", "inprocess", n, inprocess.run_batch(tools.echo, args)))
+    if ctx.wants("lionagi"):
+        results.append(_lionagi("echo", tools.echo, args))
     if ctx.wants("celery"):
         results.append(_celery_batch(ctx, "echo", ECHO, args, "prefork", c))
     for mode in ("toolfleet", "toolfleet-batched"):
@@ -148,6 +161,8 @@ def sync(ctx: Context) -> list[Result]:
     if ctx.wants("inprocess"):
         base = Result("sync", "inprocess", n, inprocess.run_batch(tools.sleep_sync, args))
         results.append(base)
+    if ctx.wants("lionagi"):
+        results.append(_lionagi("sync", tools.sleep_sync, args))
     for c in ctx.sizes.sync_concurrency:
         variant = f"concurrency={c}"
         row: list[Result] = []
@@ -183,6 +198,8 @@ def async_(ctx: Context) -> list[Result]:
     if ctx.wants("inprocess"):
         wall_s = inprocess.run_batch(tools.sleep_async, args)
         results.append(Result("async", "inprocess", n, wall_s))
+    if ctx.wants("lionagi"):
+        results.append(_lionagi("async", tools.sleep_async, args))
     celery_runs: list[Result] = []
     if ctx.wants("celery"):
         for threads in ctx.sizes.async_thread_pools:
