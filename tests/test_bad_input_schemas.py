@@ -79,7 +79,7 @@ ECHO = Tool(func_callable=echo)
 STRICT_ECHO = Tool(func_callable=echo, function="strict_echo", strict=True)
 
 
-@settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, suppress_health_check=[HealthCheck.too_slow])
 @given(arguments=any_values.filter(lambda v: not isinstance(v, dict)))
 def test_non_dict_arguments_are_rejected_naming_the_tool(arguments: Any) -> None:
     with pytest.raises(ArgumentValidationError) as info:
@@ -88,7 +88,7 @@ def test_non_dict_arguments_are_rejected_naming_the_tool(arguments: Any) -> None
     assert "must be a dict" in str(info.value)
 
 
-@settings(max_examples=150)
+@settings(max_examples=60)
 @given(
     # Lax pydantic accepts bytes for a str field, so bytes are not a wrong type here.
     query=any_values.filter(lambda v: not isinstance(v, (str, bytes))),
@@ -107,7 +107,7 @@ def test_wrong_types_for_a_request_model_fail_alone_with_a_specific_error(
     assert MARKER not in text
 
 
-@settings(max_examples=100)
+@settings(max_examples=50)
 @given(
     extra=st.dictionaries(
         st.text(min_size=1, max_size=8).filter(lambda k: k != "text"), any_values, min_size=1
@@ -133,7 +133,7 @@ def test_a_missing_required_argument_is_named() -> None:
         normalize_arguments(ECHO, {})
 
 
-@settings(max_examples=200)
+@settings(max_examples=80)
 @given(value=any_values)
 def test_serializing_any_value_never_raises_and_yields_strict_json(value: Any) -> None:
     converted = to_jsonable(value)
@@ -166,7 +166,7 @@ def test_a_moderately_nested_payload_survives_serialization() -> None:
     assert json.loads(json.dumps(to_jsonable(nested))) == nested
 
 
-@settings(max_examples=150)
+@settings(max_examples=60)
 @given(
     payload=st.dictionaries(
         st.sampled_from(
