@@ -93,14 +93,17 @@ class Tool(BaseModel):
             )
         return timeout_s
 
-    @property
+    @functools.cached_property
     def required_fields(self) -> frozenset[str]:
-        """Every declared parameter; a strict call must supply exactly these."""
+        """Every declared parameter; a strict call must supply exactly these.
+
+        Cached (as are the two below): signatures are read once per tool, not once per call.
+        """
         if self.request_options is not None:
             return frozenset(self.request_options.model_fields)
         return frozenset(self._parameters())
 
-    @property
+    @functools.cached_property
     def minimum_acceptable_fields(self) -> frozenset[str]:
         """Parameters without a default; a non-strict call must supply at least these."""
         if self.request_options is not None:
@@ -111,7 +114,7 @@ class Tool(BaseModel):
             name for name, p in self._parameters().items() if p.default is inspect.Parameter.empty
         )
 
-    @property
+    @functools.cached_property
     def accepts_extra_arguments(self) -> bool:
         """True when the callable takes ``**kwargs``, so unknown keys are not an error."""
         if self.request_options is not None:
