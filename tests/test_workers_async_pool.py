@@ -3,16 +3,26 @@
 from __future__ import annotations
 
 import time
+import uuid
 
 import redis
 from celery import Celery
 
 import tests.sample_tools  # noqa: F401  (registers the tools the workers run)
 from schemas.status import EventStatus
-from tests.fleet import WorkerProcess, collect_replies, make_call, run_calls, wait_for
+from tests.fleet import (
+    WorkerProcess,
+    collect_replies,
+    make_call,
+    run_calls,
+    start_worker,
+    wait_for,
+)
+from workers.app import create_app
 from workers.keys import Keys
 from workers.publish import cancel_running, publish_calls
 from workers.registry import registry
+from workers.settings import Settings
 
 
 def test_500_async_sleeps_overlap_on_one_loop_thread(
@@ -86,3 +96,45 @@ def test_a_revoked_queued_call_is_recorded_cancelled_and_never_runs(
     assert not path.exists()
     state = celery_app.AsyncResult(message.call_id)
     wait_for(lambda: state.state == "REVOKED", timeout_s=10, what="Celery state REVOKED")
+
+
+def test_calls_waiting_for_a_slot_can_be_cancelled_or_revoked(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    # One coroutine slot: the first call holds it, the others wait inside the pool.
+    queue = f"toolfleet.async.slots-{uuid.uuid4().hex[:8]}"
+    worker = start_worker(
+        "async", redis_url=redis_url, concurrency=1, env={"TOOLFLEET_ASYNC_QUEUE": queue}
+    )
+    app = create_app(Settings(broker_url=redis_url, async_queue=queue))
+    try:
+        reply_to = f"toolfleet:reply:test-slots-{uuid.uuid4().hex[:8]}"
+        holder, waiting, revoked = (
+            make_call("sleep_async", {"seconds": 60}, reply_to=reply_to) for _ in range(3)
+        )
+        tool = registry.get("sleep_async")
+        publish_calls(app, [(holder, tool), (waiting, tool), (revoked, tool)])
+        wait_for(
+            lambda: redis_client.exists(Keys().started(holder.call_id)),
+            timeout_s=15,
+            what="the first call to hold the only slot",
+        )
+        wait_for(
+            lambda: worker.log().count("Task tool:sleep_async[") >= 3,
+            timeout_s=15,
+            what="the worker to receive all three calls",
+        )
+        assert cancel_running(app, [waiting.call_id]) >= 1
+        (first,) = collect_replies(redis_client, reply_to, 1, timeout_s=10)
+        assert (first.call_id, first.status) == (waiting.call_id, EventStatus.CANCELLED)
+
+        app.control.revoke(revoked.call_id, destination=[worker.hostname], reply=True, timeout=5)
+        cancel_running(app, [holder.call_id])  # frees the slot; the revoked call must not run
+        results = {r.call_id: r for r in collect_replies(redis_client, reply_to, 2, timeout_s=10)}
+        assert results[holder.call_id].status is EventStatus.CANCELLED
+        assert results[revoked.call_id].status is EventStatus.CANCELLED
+        assert not redis_client.exists(Keys().started(revoked.call_id))
+        assert worker.ping()
+    finally:
+        worker.stop()
+        app.close()

@@ -31,7 +31,7 @@ from kombu.serialization import prepare_accept_content
 
 from schemas.status import EventStatus
 from workers.keys import Keys
-from workers.task import Outcome, WorkerRuntime, execute_async, runtime_for
+from workers.task import Outcome, WorkerRuntime, execute_async, record_if_absent, runtime_for
 
 __all__ = ["AsyncioPool", "CallHandle"]
 
@@ -241,55 +241,75 @@ class AsyncioPool(BasePool):
         limit_s: float | None,
     ) -> None:
         assert self._slots is not None and self._runtime is not None
-        async with self._slots:
-            if accept_callback is not None:
-                self._callbacks.submit(_quiet(accept_callback), os.getpid(), time.monotonic())
-            started = time.monotonic()
-            call_id: str | None = None
-            try:
-                args, _kwargs, _embed = loads_message(
-                    body, content_type, content_encoding, accept=self._accept
-                )
-                message = args[0]
-                if request_dict.get("task") == _EXECUTE_MANY_TASK:  # opt-in batching (issue 8)
-                    # Imported here: `celery -P custom` imports this pool before the app,
-                    # and workers.batch imports workers.app, which imports workers.batch.
-                    from workers.batch import execute_many_async
+        runtime = self._runtime
+        started = time.monotonic()
+        hostname = self.hostname or request_dict.get("hostname")
+        call_id: str | None = None
+        message: Any = None
+        try:
+            args, _kwargs, _embed = loads_message(
+                body, content_type, content_encoding, accept=self._accept
+            )
+            message = args[0]
+            if request_dict.get("task") == _EXECUTE_MANY_TASK:  # opt-in batching (issue 8)
+                # Imported here: `celery -P custom` imports this pool before the app,
+                # and workers.batch imports workers.app, which imports workers.batch.
+                from workers.batch import execute_many_async
 
+                async with self._slots:
+                    if accept_callback is not None:
+                        self._callbacks.submit(
+                            _quiet(accept_callback), os.getpid(), time.monotonic()
+                        )
                     summary = await execute_many_async(
-                        message,
-                        runtime=self._runtime,
-                        hostname=self.hostname or request_dict.get("hostname"),
-                        revoked=worker_state.revoked,
+                        message, runtime=runtime, hostname=hostname, revoked=worker_state.revoked
                     )
-                    runtime_s = time.monotonic() - started
-                    self._callbacks.submit(
-                        _quiet(self._succeed), task_id, summary, runtime_s, callback
-                    )
-                    return
-                call_id = str(message.get("call_id")) if isinstance(message, dict) else None
-                if call_id:
-                    self._by_call[call_id] = task_id
+                runtime_s = time.monotonic() - started
+                self._callbacks.submit(_quiet(self._succeed), task_id, summary, runtime_s, callback)
+                return
+            # Known by call id before it waits for a slot, so a cancel reaches it there too.
+            call_id = str(message.get("call_id")) if isinstance(message, dict) else None
+            if call_id:
+                self._by_call[call_id] = task_id
+            async with self._slots:
+                if task_id in worker_state.revoked:
+                    # Revoked (without terminate) while it waited for a slot: never start it.
+                    self._user_cancelled.add(task_id)
+                    raise asyncio.CancelledError
+                if accept_callback is not None:
+                    self._callbacks.submit(_quiet(accept_callback), os.getpid(), time.monotonic())
+                started = time.monotonic()
                 outcome = await execute_async(
                     message,
-                    runtime=self._runtime,
-                    hostname=self.hostname or request_dict.get("hostname"),
+                    runtime=runtime,
+                    hostname=hostname,
                     limit_s=limit_s,
                     cancel_is_final=lambda: task_id in self._user_cancelled,
                 )
-            except asyncio.CancelledError:
-                if task_id not in self._user_cancelled:
-                    raise  # shutdown: unacked, so the broker redelivers it
-                self._report_cancelled(task_id, callback, started)
-                return
-            except Exception as exc:
-                # Not a tool failure (those are data): the message itself was unusable.
-                self._report_failure(task_id, exc, callback, started)
-                return
-            finally:
-                if call_id:
-                    self._by_call.pop(call_id, None)
-            self._report(task_id, outcome, callback, started)
+        except asyncio.CancelledError:
+            if task_id not in self._user_cancelled:
+                raise  # shutdown: unacked, so the broker redelivers it
+            # Cancelled before execute_async recorded anything (e.g. waiting for a slot):
+            # record CANCELLED unless it already has a record; FIFO before the revoke.
+            cancelled = asyncio.CancelledError(f"call {call_id or task_id} was cancelled")
+            self._callbacks.submit(
+                _quiet(record_if_absent),
+                runtime,
+                message,
+                cancelled,
+                EventStatus.CANCELLED,
+                hostname,
+            )
+            self._report_cancelled(task_id, callback, started)
+            return
+        except Exception as exc:
+            # Not a tool failure (those are data): the message itself was unusable.
+            self._report_failure(task_id, exc, callback, started)
+            return
+        finally:
+            if call_id:
+                self._by_call.pop(call_id, None)
+        self._report(task_id, outcome, callback, started)
 
     # -- reporting to Celery --------------------------------------------------------------------
 

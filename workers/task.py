@@ -45,6 +45,7 @@ __all__ = [
     "current_call",
     "execute_async",
     "rebuild_error",
+    "record_if_absent",
     "register_execute_task",
     "runtime_for",
 ]
@@ -362,7 +363,7 @@ def register_execute_task(app: Celery) -> Task:
                 f"call of tool {message.get('function')!r} exceeded its time limit of "
                 f"{_fmt_s(soft_s)} (Celery soft_time_limit)"
             )
-            _record_if_absent(runtime, message, exc, EventStatus.FAILED, self.request.hostname)
+            record_if_absent(runtime, message, exc, EventStatus.FAILED, self.request.hostname)
             raise exc from None
         return to_celery(self, outcome)
 
@@ -381,7 +382,7 @@ def register_execute_task(app: Celery) -> Task:
         if args:
             exc = asyncio.CancelledError("the call was revoked")
             hostname = getattr(request, "hostname", None)
-            _record_if_absent(runtime_for(app), args[0], exc, EventStatus.CANCELLED, hostname)
+            record_if_absent(runtime_for(app), args[0], exc, EventStatus.CANCELLED, hostname)
 
     def record_hard_timeout(
         sender: Any = None, exception: Any = None, args: Any = None, **_: Any
@@ -394,14 +395,14 @@ def register_execute_task(app: Celery) -> Task:
             f"tool {function!r} exceeded Celery's hard time_limit ({exception}) and its "
             f"process was killed; raise the tool's timeout_s if it needs longer"
         )
-        _record_if_absent(runtime_for(app), args[0], exc, EventStatus.FAILED, None)
+        record_if_absent(runtime_for(app), args[0], exc, EventStatus.FAILED, None)
 
     signals.task_revoked.connect(record_revoked, weak=False)
     signals.task_failure.connect(record_hard_timeout, weak=False)
     return task
 
 
-def _record_if_absent(
+def record_if_absent(
     runtime: WorkerRuntime,
     message: Any,
     exc: BaseException,
