@@ -71,12 +71,6 @@ def test_usage_and_configuration_errors_exit_2(tmp_path: Path) -> None:
     assert not (tmp_path / ".toolfleet").exists()
 
 
-@pytest.mark.xfail(
-    reason="workers/app.py builds a module-level app from the environment at import, and "
-    "`import dispatcher` imports it, so a bad TOOLFLEET_* value is a traceback (exit 1) "
-    "before the CLI can report it; owners: workers/app.py or dispatcher/__init__.py",
-    strict=False,
-)
 def test_a_bad_setting_exits_2_naming_it(tmp_path: Path) -> None:
     batch = tmp_path / "calls.jsonl"
     batch.write_text('{"function": "add", "arguments": {"a": 1, "b": 2}}\n')
