@@ -79,7 +79,9 @@ class WorkerProcess:
         return any(self.hostname in reply for reply in replies)
 
     def stop(self, timeout_s: float = 20.0) -> int | None:
-        """SIGTERM (warm shutdown), wait, then SIGKILL the whole group. Returns the exit code."""
+        """SIGTERM (warm shutdown), wait, then SIGKILL the whole group. Returns the exit code.
+
+        The log file is removed unless TOOLFLEET_TEST_KEEP_LOGS is set."""
         if self.process.poll() is None:
             self._signal(signal.SIGTERM)
             try:
@@ -91,6 +93,8 @@ class WorkerProcess:
         self._signal(signal.SIGKILL)
         if self._app is not None:
             self._app.close()
+        if not os.environ.get("TOOLFLEET_TEST_KEEP_LOGS"):
+            self.log_path.unlink(missing_ok=True)
         return self.process.returncode
 
     def kill(self) -> None:

@@ -35,7 +35,8 @@ from workers.task import Outcome, WorkerRuntime, execute_async, record_if_absent
 
 __all__ = ["AsyncioPool", "CallHandle"]
 
-logger = logging.getLogger(__name__)
+# Under "celery." so a worker started with --loglevel shows it like its own lines.
+logger = logging.getLogger("celery.worker.aio_pool")
 
 # How long the pool waits for its loop thread to come up before the worker fails to start.
 _READY_TIMEOUT_S = 10.0
@@ -320,6 +321,16 @@ class AsyncioPool(BasePool):
         callback: Callable[..., Any] | None,
         started: float,
     ) -> None:
+        # Like Celery's tracer lines, without the result (its size and content are the
+        # tool's); the record under Keys.event(call_id) has it.
+        logger.info(
+            "Task %s[%s] %s in %.3fs: %s",
+            outcome.result.function and f"tool:{outcome.result.function}",
+            task_id,
+            "succeeded" if outcome.status is EventStatus.COMPLETED else "ended",
+            time.monotonic() - started,
+            outcome.status.value,
+        )
         if outcome.status is EventStatus.FAILED:
             error = outcome.error or RuntimeError("call failed")
             self._report_failure(task_id, error, callback, started)

@@ -77,7 +77,6 @@ def create_app(settings: Settings, *, registry: Registry = registry) -> Celery:
         # default exchange with the default routing key, so every call would reach both.
         task_queues=(_queue(settings.sync_queue), _queue(settings.async_queue)),
         task_routes={EXECUTE_TASK: {"queue": settings.sync_queue}},
-        worker_hijack_root_logger=False,
     )
     app.toolfleet_settings = settings
     app.toolfleet_registry = registry
