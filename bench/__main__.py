@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import argparse
 import platform
+import signal
 import sys
 import time
 from collections.abc import Sequence
+from types import FrameType
 
 import redis
 
@@ -63,8 +65,14 @@ def claim_db(host: str, port: int, db: int | None) -> redis.Redis | None:
     return None
 
 
+def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
+    # SystemExit unwinds the with-blocks: workers stopped by PID, the database flushed.
+    raise SystemExit(128 + signum)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     client = claim_db(args.redis_host, args.redis_port, args.db)
     if client is None:
         tried = args.db if args.db is not None else list(_AUTO_DBS)

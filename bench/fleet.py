@@ -19,6 +19,7 @@ __all__ = ["BATCH_SIZE", "FleetClient", "unavailable", "worker"]
 
 TOOL_MODULE = "bench.fleet_tools"
 BATCH_SIZE = 100
+CLOSE_TIMEOUT_S = 15.0
 
 
 def unavailable(batched: bool = False) -> str | None:
@@ -132,8 +133,23 @@ class FleetClient:
         )
 
     def close(self) -> None:
-        self.loop.run_until_complete(self.fleet.aclose())
+        self.loop.run_until_complete(self._aclose())
         self.loop.close()
+
+    async def _aclose(self) -> None:
+        # Bounded: a dispatcher that cannot shut down must not stall the whole benchmark.
+        try:
+            await asyncio.wait_for(self.fleet.aclose(), CLOSE_TIMEOUT_S)
+        except TimeoutError:
+            print(
+                f"bench: Fleet.aclose() did not finish within {CLOSE_TIMEOUT_S:g}s; "
+                f"tasks still running:",
+                file=sys.stderr,
+            )
+            for task in asyncio.all_tasks():
+                if task is not asyncio.current_task():
+                    task.print_stack(limit=6, file=sys.stderr)
+                    task.cancel()
 
     def __enter__(self) -> FleetClient:
         return self

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import sys
 import time
@@ -95,7 +96,9 @@ async def _soak(
             "workers_rss_mb": {w.name: _mb(w.rss_kb()) for w in workers},
         }
     finally:
-        await fleet.aclose()
+        # Bounded, so a dispatcher that cannot shut down still lets the report print.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(fleet.aclose(), 15)
     return {
         "completed": completed,
         "repeated_results": repeated_results,
