@@ -112,7 +112,7 @@ def test_cancelling_act_revokes_queued_cancels_running_and_records_every_call(
 
     branch, cancel_s = asyncio.run(asyncio.wait_for(scenario(), 40))
 
-    assert cancel_s < 3, cancel_s
+    assert cancel_s < 5, cancel_s
     # Every call has its linked pair, in input order; only the finished one succeeded.
     messages = branch.messages
     assert len(messages) == 2 * len(requests)

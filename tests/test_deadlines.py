@@ -105,7 +105,7 @@ def test_batch_deadline_returns_finished_results_and_fails_and_revokes_straggler
     branch, results, elapsed_s = run(settings, scenario)
 
     # Returned at the deadline, not after the 30 s straggler (settling takes a moment).
-    assert deadline_s <= elapsed_s < deadline_s + 2.5, elapsed_s
+    assert deadline_s <= elapsed_s < deadline_s + 4, elapsed_s
     statuses = [r.status for r in results]
     assert statuses == [EventStatus.COMPLETED] * 2 + [EventStatus.FAILED] * 3
     assert [r.output for r in results[:2]] == ["early", 0.1]
@@ -163,7 +163,7 @@ def test_per_call_timeout_fails_slow_calls_alone_with_a_tool_timeout(
 
     results, elapsed_s = run(fleet_settings, scenario)
 
-    assert elapsed_s < 4, elapsed_s
+    assert elapsed_s < 6, elapsed_s
     assert [r.status for r in results] == [
         EventStatus.FAILED,
         EventStatus.FAILED,
@@ -195,7 +195,7 @@ def test_a_call_no_worker_takes_fails_at_its_timeout_and_is_revoked(
 
     results, elapsed_s = run(settings, scenario)
 
-    assert elapsed_s < 3, elapsed_s
+    assert elapsed_s < 5, elapsed_s
     (result,) = results
     assert result.status is EventStatus.FAILED
     assert result.error is not None and result.error.startswith("ToolTimeoutError: ")
