@@ -14,16 +14,19 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import redis.asyncio as aioredis
 
 from dispatcher import Branch, Fleet
+from dispatcher.broker_watch import OUTAGE_LIMIT_S, BrokerWatch
+from dispatcher.collector import Collector
 from schemas.action import ActionResponseModel, CallParams
+from schemas.errors import BrokerError
 from schemas.messages import ActionRequest, ActionResponse
 from schemas.status import EventStatus
 from tests.fleet import WorkerProcess, start_worker
-from tests.reliability_support import PrivateRedis
+from tests.reliability_support import PrivateRedis, free_port
+from workers.keys import Keys
 from workers.settings import Settings
-
-pytestmark = pytest.mark.slow
 
 
 def call(function: str, **arguments: Any) -> dict[str, Any]:
@@ -51,6 +54,7 @@ def workers(broker: PrivateRedis) -> Iterator[list[WorkerProcess]]:
             worker.stop(timeout_s=5)
 
 
+@pytest.mark.slow
 def test_a_broker_restart_mid_batch_ends_every_call_within_the_deadline(
     broker: PrivateRedis, workers: list[WorkerProcess]
 ) -> None:
@@ -114,3 +118,32 @@ def test_a_broker_restart_mid_batch_ends_every_call_within_the_deadline(
     assert [e["call_id"] for e in branch.events] == [r.call_id for r in results]
     for event, result in zip(branch.events, results, strict=True):
         assert event["execution"]["status"] == result.status.value
+
+
+def test_a_broker_down_past_the_outage_limit_fails_every_awaited_call() -> None:
+    """Nothing listens on the port: after OUTAGE_LIMIT_S of failed checks, every awaited call
+    ends with a BrokerError naming the broker instead of waiting forever."""
+    port = free_port()
+    url = f"redis://127.0.0.1:{port}/0"
+    now = [1000.0]
+
+    async def scenario() -> tuple[BaseException | None, int]:
+        collector = Collector(aioredis.Redis.from_url(url), "toolfleet:reply:test-outage")
+        watch = BrokerWatch(
+            aioredis.Redis.from_url(url), collector, Keys(), url, clock=lambda: now[0]
+        )
+        future = collector.expect("call-1", 0)
+        try:
+            await watch.check()  # first failure: the outage starts
+            assert not future.done()
+            now[0] += OUTAGE_LIMIT_S + 1
+            await watch.check()
+            return future.exception(), len(collector.awaited())
+        finally:
+            await watch.aclose()
+            await collector.aclose()
+
+    error, still_awaited = asyncio.run(asyncio.wait_for(scenario(), 30))
+    assert isinstance(error, BrokerError)
+    assert f"127.0.0.1:{port}" in str(error) and "unreachable" in str(error)
+    assert still_awaited == 0
