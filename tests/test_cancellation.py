@@ -156,3 +156,51 @@ def test_cancelling_act_revokes_queued_cancels_running_and_records_every_call(
     for call_id in (running_async, running_sync, queued_append, queued_add):
         stored = redis_client.get(keys.event(call_id))
         assert stored is not None and b'"cancelled"' in stored, call_id
+
+
+@pytest.mark.usefixtures("sync_worker", "async_worker")
+def test_cancelling_a_sequential_batch_records_the_running_and_the_unstarted_calls(
+    fleet_settings: Settings, celery_app: Celery
+) -> None:
+    requests = [
+        call("echo", value="done"),
+        call("sleep_async", seconds=30),
+        call("echo", value="never sent"),
+    ]
+
+    async def scenario() -> Branch:
+        async with Fleet(fleet_settings) as fleet:
+            branch = Branch(fleet=fleet)
+            task = asyncio.ensure_future(branch.act(requests, strategy="sequential"))
+            keys = Keys(fleet_settings.key_prefix)
+            running: list[str] = []
+            branch.hooks.on(
+                HookPoint.TOOL_PRE,
+                lambda p: running.append(p["call_id"]) if p["tool_name"] == "sleep_async" else None,
+            )
+            limit = time.monotonic() + 15
+            while not (running and await fleet.redis.exists(keys.started(running[0]))):
+                assert time.monotonic() < limit, "the async call never started"
+                await asyncio.sleep(0.02)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            return branch
+
+    branch = asyncio.run(asyncio.wait_for(scenario(), 30))
+
+    assert [e["execution"]["status"] for e in branch.events] == [
+        "completed",
+        "cancelled",
+        "cancelled",
+    ]
+    responses = branch.messages[1::2]
+    assert [isinstance(r, ActionResponse) and r.success for r in responses] == [True, False, False]
+    cancelled_id = branch.events[1]["call_id"]
+    wait_until(
+        lambda: AsyncResult(cancelled_id, app=celery_app).state == "REVOKED",
+        timeout_s=5,
+        what="the running async call to be cancelled on its worker",
+    )
+    # The third call never reached the broker.
+    assert AsyncResult(branch.events[2]["call_id"], app=celery_app).state == "PENDING"

@@ -205,3 +205,37 @@ def test_a_call_no_worker_takes_fails_at_its_timeout_and_is_revoked(
     stored = redis_client.get(keys.event(result.call_id))
     assert stored is not None and b'"failed"' in stored
     assert redis_client.llen(orphan_queue) == 1  # still queued, but it can no longer run
+
+
+@pytest.mark.usefixtures("sync_worker", "async_worker")
+def test_sequential_batch_past_its_deadline_never_enqueues_the_rest(
+    fleet_settings: Settings, celery_app: Any
+) -> None:
+    requests = [
+        call("echo", value="first"),
+        call("sleep_async", seconds=30),  # the straggler
+        call("echo", value="never sent"),  # its turn comes after the deadline
+    ]
+
+    async def scenario(fleet: Fleet) -> tuple[Branch, list[ActionResponseModel], float]:
+        branch = Branch(fleet=fleet)
+        started = time.monotonic()
+        results = await branch.act(
+            requests, strategy="sequential", call_params=CallParams(deadline_s=1.0)
+        )
+        return branch, results, time.monotonic() - started
+
+    branch, results, elapsed_s = run(fleet_settings, scenario)
+
+    assert elapsed_s < 5, elapsed_s
+    assert [r.status for r in results] == [
+        EventStatus.COMPLETED,
+        EventStatus.FAILED,
+        EventStatus.FAILED,
+    ]
+    for late in results[1:]:
+        assert late.error is not None and "deadline_s=1" in late.error
+    assert_one_linked_pair_per_call(branch, results)
+    # The last call was never enqueued: no worker ever heard of it.
+    assert results[2].call_id is not None
+    assert AsyncResult(results[2].call_id, app=celery_app).state == "PENDING"
