@@ -128,6 +128,7 @@ async def _store(fleet: Fleet, results: dict[str, CallResult]) -> dict[str, Call
             )
         created = await pipe.execute()
     standing: dict[str, CallResult] = {}
+    ours_stand = [call_id for call_id, was_set in zip(ids, created, strict=True) if was_set]
     for call_id, was_set in zip(ids, created, strict=True):
         if was_set:
             continue
@@ -138,6 +139,12 @@ async def _store(fleet: Fleet, results: dict[str, CallResult]) -> dict[str, Call
             standing[call_id] = existing  # the worker finished first: its outcome stands
         else:
             await client.set(fleet.keys.event(call_id), ours.model_dump_json(), ex=ttl_s)
+            ours_stand.append(call_id)
+    if ours_stand:
+        # A stopped call is terminal: its started marker would otherwise outlive it (a worker
+        # still running it cannot store its record, so never drops the marker) and count as
+        # in flight. Redeliveries look at the terminal record first, so nothing needs it.
+        await client.delete(*(fleet.keys.started(call_id) for call_id in ours_stand))
     return standing
 
 

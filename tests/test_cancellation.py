@@ -156,6 +156,7 @@ def test_cancelling_act_revokes_queued_cancels_running_and_records_every_call(
     for call_id in (running_async, running_sync, queued_append, queued_add):
         stored = redis_client.get(keys.event(call_id))
         assert stored is not None and b'"cancelled"' in stored, call_id
+        assert not redis_client.exists(keys.started(call_id)), call_id
 
 
 @pytest.mark.usefixtures("sync_worker", "async_worker")

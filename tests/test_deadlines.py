@@ -143,6 +143,9 @@ def test_batch_deadline_returns_finished_results_and_fails_and_revokes_straggler
         what="the queued straggler to be dropped as revoked",
     )
     assert not never_written.exists()
+    # Stopped calls are terminal: none is left counted as running.
+    for call_id in (running_async, running_sync, queued):
+        assert not redis_client.exists(keys.started(call_id)), call_id
 
 
 @pytest.mark.usefixtures("sync_worker", "async_worker")
