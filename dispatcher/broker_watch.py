@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import redis.asyncio as aioredis
 from kombu.utils.url import maybe_sanitize_url
@@ -46,6 +46,7 @@ class BrokerWatch:
         keys: Keys,
         broker_url: str,
         *,
+        pools: Sequence[aioredis.ConnectionPool] = (),
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.client = client
@@ -53,6 +54,9 @@ class BrokerWatch:
         self.keys = keys
         self.broker_url = maybe_sanitize_url(broker_url)
         self._clock = clock
+        # Connection pools whose idle connections a restart leaves stale: redis-py does not
+        # retry a pipeline on one, so the first history write after a restart would fail.
+        self._pools = tuple(pools)
         self._run_id: str | None = None
         self._down_since: float | None = None
         self._task: asyncio.Task[None] | None = None
@@ -105,6 +109,8 @@ class BrokerWatch:
                 previous,
                 run_id,
             )
+            for pool in self._pools:
+                await pool.disconnect(inuse_connections=False)
             await asyncio.sleep(RESTART_GRACE_S)
             await self.reconcile()
 

@@ -14,6 +14,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Sequence
 
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
 from dispatcher.fleet import Fleet
@@ -108,12 +109,21 @@ async def settle_calls(
     if not results:
         return results
     try:
-        stored = await asyncio.wait_for(_store(fleet, results), SETTLE_TIMEOUT_S)
+        stored = await asyncio.wait_for(_store_retrying(fleet, results), SETTLE_TIMEOUT_S)
         results.update(stored)
     except (RedisError, OSError, TimeoutError) as exc:
         log.warning("could not record %d stopped call(s): %r", len(results), exc)
     await _revoke(fleet, calls)
     return results
+
+
+async def _store_retrying(fleet: Fleet, results: dict[str, CallResult]) -> dict[str, CallResult]:
+    try:
+        return await _store(fleet, results)
+    except RedisConnectionError:
+        # After a broker restart a pooled connection is stale and redis-py does not retry a
+        # pipeline; the failed connection is dropped, so one more try reconnects.
+        return await _store(fleet, results)
 
 
 async def _store(fleet: Fleet, results: dict[str, CallResult]) -> dict[str, CallResult]:

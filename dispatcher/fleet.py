@@ -76,7 +76,11 @@ class Fleet:
         self._collector.start()
         # Issue 7: a broker restart or long outage must not leave calls awaited forever.
         self._watch = BrokerWatch(
-            aioredis.Redis.from_url(self.redis_url), self._collector, self.keys, self.redis_url
+            aioredis.Redis.from_url(self.redis_url),
+            self._collector,
+            self.keys,
+            self.redis_url,
+            pools=[self._redis.connection_pool],
         )
         self._watch.start()
 

@@ -9,6 +9,7 @@ FAILED with an error naming the broker, and every call has its event and its lin
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -104,6 +105,22 @@ def test_a_broker_restart_mid_batch_ends_every_call_within_the_deadline(
             assert f"127.0.0.1:{broker.port}" in result.error
     # The restart lost at least the calls still queued behind the two sync slots.
     assert outcomes.get("failed", 0) >= 1, outcomes
+    # Each lost call's FAILED record is stored on the new broker, so no worker that still
+    # holds its message can run it later (C7).
+    with broker.client() as client:
+        for result in results:
+            if result.status is EventStatus.FAILED:
+                assert result.call_id is not None
+                stored = client.get(Keys().event(result.call_id))
+                assert stored is not None and b"BrokerError" in stored, result.call_id
+        # History written after the restart reached the new instance (no stale connection).
+        stored_ids = {
+            json.loads(raw)["id"] for raw in client.lrange(Keys().history(branch.id), 0, -1)
+        }
+    for i, result in enumerate(results):
+        if result.status is EventStatus.FAILED:
+            assert branch.messages[2 * i].id in stored_ids
+            assert branch.messages[2 * i + 1].id in stored_ids
     print(f"broker restart mid-batch: {outcomes}")
 
     # Every call: its event record and its linked request/response pair, in input order.
