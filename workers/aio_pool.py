@@ -304,7 +304,12 @@ class AsyncioPool(BasePool):
             self._report_cancelled(task_id, callback, started)
             return
         except Exception as exc:
-            # Not a tool failure (those are data): the message itself was unusable.
+            # Not a tool failure (those are data): an unusable message or a Redis error.
+            # Try to leave a FAILED record so no collector waits for this call forever.
+            logger.error("Task %s failed outside its tool: %r", task_id, exc)
+            self._callbacks.submit(
+                _quiet(record_if_absent), runtime, message, exc, EventStatus.FAILED, hostname
+            )
             self._report_failure(task_id, exc, callback, started)
             return
         finally:

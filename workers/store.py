@@ -21,6 +21,8 @@ from schemas.wire import CallResult
 from workers.keys import Keys
 
 __all__ = [
+    "ASYNC_CONNECTION_WAIT_S",
+    "ASYNC_MAX_CONNECTIONS",
     "HEARTBEAT_INTERVAL_S",
     "HEARTBEAT_STALE_S",
     "AsyncRecordStore",
@@ -33,6 +35,10 @@ __all__ = [
 # HEARTBEAT_STALE_S belongs to a worker that died (or froze) mid-call.
 HEARTBEAT_INTERVAL_S = 2.0
 HEARTBEAT_STALE_S = 8.0
+# Redis connections one asyncio worker process opens at most, and how long a coroutine
+# waits for one before its call fails.
+ASYNC_MAX_CONNECTIONS = 64
+ASYNC_CONNECTION_WAIT_S = 60.0
 
 
 # KEYS: event, started, reply list ("" for none). ARGV: record JSON, attempt, ttl seconds.
@@ -111,7 +117,12 @@ class AsyncRecordStore:
 
     @classmethod
     def from_url(cls, url: str, keys: Keys, *, record_ttl_s: int) -> AsyncRecordStore:
-        return cls(aioredis.Redis.from_url(url), keys, record_ttl_s=record_ttl_s)
+        # Hundreds of coroutines share this client. redis-py's default pool raises
+        # MaxConnectionsError past 100 connections; a blocking pool makes them take turns.
+        pool = aioredis.BlockingConnectionPool.from_url(
+            url, max_connections=ASYNC_MAX_CONNECTIONS, timeout=ASYNC_CONNECTION_WAIT_S
+        )
+        return cls(aioredis.Redis(connection_pool=pool), keys, record_ttl_s=record_ttl_s)
 
     async def terminal(self, call_id: str) -> CallResult | None:
         raw = await self.client.get(self.keys.event(call_id))

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+import redis
 from celery import Celery, Task, signals
 from celery.exceptions import Ignore, SoftTimeLimitExceeded, TimeLimitExceeded
 from pydantic import ValidationError
@@ -365,6 +366,15 @@ def register_execute_task(app: Celery) -> Task:
             )
             record_if_absent(runtime, message, exc, EventStatus.FAILED, self.request.hostname)
             raise exc from None
+        except Exception as exc:
+            # Not a tool failure (those are data): e.g. Redis failed mid-call. Leave a FAILED
+            # record if Redis lets us, so no collector waits for this call forever.
+            runtime.discard_loop()
+            try:
+                record_if_absent(runtime, message, exc, EventStatus.FAILED, self.request.hostname)
+            except redis.RedisError:
+                pass  # Redis is the problem; Celery's FAILURE state is all that is left
+            raise
         return to_celery(self, outcome)
 
     task: Task = execute
