@@ -125,8 +125,10 @@ class Batch:
                 units = await self._run_sequential()
             else:
                 units = await self._run_concurrent()
-        except asyncio.CancelledError:
-            # C9: shielded, so a second cancel cannot leave the batch half-recorded.
+        except BaseException:
+            # C9: cancelled (or a cancellation-class BaseException escaped a hook): every
+            # unfinished call is recorded CANCELLED and stopped on the fleet before the
+            # exception goes on. Shielded, so a second cancel cannot leave it half-recorded.
             await asyncio.shield(self._finish_cancelled())
             raise
         finally:

@@ -205,3 +205,47 @@ def test_cancelling_a_sequential_batch_records_the_running_and_the_unstarted_cal
     )
     # The third call never reached the broker.
     assert AsyncResult(branch.events[2]["call_id"], app=celery_app).state == "PENDING"
+
+
+class Abort(BaseException):
+    """A cancellation-class exception (outside Exception) raised by a caller's hook."""
+
+
+@pytest.mark.usefixtures("sync_worker", "async_worker")
+def test_a_cancellation_class_exception_from_a_hook_stops_and_records_the_siblings(
+    fleet_settings: Settings, celery_app: Celery
+) -> None:
+    requests = [call("sleep_async", seconds=30), call("add", a=1, b=2)]
+
+    async def scenario() -> Branch:
+        async with Fleet(fleet_settings) as fleet:
+            branch = Branch(fleet=fleet)
+            running: list[str] = []
+
+            async def pre(payload: dict[str, Any]) -> None:
+                if payload["tool_name"] == "sleep_async":
+                    running.append(payload["call_id"])
+                    return
+                # Let the first call reach its worker, then abort the whole batch.
+                keys = Keys(fleet_settings.key_prefix)
+                limit = time.monotonic() + 15
+                while not (running and await fleet.redis.exists(keys.started(running[0]))):
+                    assert time.monotonic() < limit, "the async call never started"
+                    await asyncio.sleep(0.02)
+                raise Abort("stop everything")
+
+            branch.hooks.on(HookPoint.TOOL_PRE, pre)
+            with pytest.raises(Abort):
+                await branch.act(requests, call_params=CallParams(max_concurrent=2))
+            return branch
+
+    branch = asyncio.run(asyncio.wait_for(scenario(), 30))
+
+    assert [e["execution"]["status"] for e in branch.events] == ["cancelled", "cancelled"]
+    assert len(branch.messages) == 4
+    running_id = branch.events[0]["call_id"]
+    wait_until(
+        lambda: AsyncResult(running_id, app=celery_app).state == "REVOKED",
+        timeout_s=5,
+        what="the sibling running on the async worker to be cancelled",
+    )
