@@ -34,7 +34,20 @@ def _thread_loop() -> asyncio.AbstractEventLoop:
     return loop
 
 
-def make_app(broker_url: str) -> Celery:
+# Celery settings toolfleet turns on for reliability (C7, issue 7) and Flower (C10); with
+# BENCH_CELERY_PROFILE=toolfleet the baseline pays for them too, which separates Celery's cost
+# of those settings from toolfleet's own.
+TOOLFLEET_PROFILE: dict[str, Any] = {
+    "task_acks_late": True,
+    "task_reject_on_worker_lost": True,
+    "worker_prefetch_multiplier": 1,
+    "worker_send_task_events": True,
+    "task_send_sent_event": True,
+    "task_track_started": True,
+}
+
+
+def make_app(broker_url: str, profile: str | None = None) -> Celery:
     app = Celery("bench_raw", broker=broker_url, backend=broker_url, set_as_current=False)
     app.conf.update(
         task_serializer="json",
@@ -45,6 +58,8 @@ def make_app(broker_url: str) -> Celery:
         broker_connection_retry_on_startup=True,
         worker_hijack_root_logger=False,
     )
+    if (profile or os.environ.get("BENCH_CELERY_PROFILE")) == "toolfleet":
+        app.conf.update(TOOLFLEET_PROFILE)
 
     @app.task(name=ECHO, shared=False)
     def echo(value: Any) -> Any:

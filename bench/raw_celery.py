@@ -15,21 +15,29 @@ from bench.procs import WorkerProcess
 __all__ = ["RawCelery", "worker"]
 
 
-def worker(broker_url: str, pool: str, concurrency: int, name: str) -> WorkerProcess:
-    """A plain ``celery worker`` process for the bench app, not yet started."""
+def worker(
+    broker_url: str, pool: str, concurrency: int, name: str, profile: str | None = None
+) -> WorkerProcess:
+    """A plain ``celery worker`` process for the bench app, not yet started.
+
+    ``profile="toolfleet"``: with toolfleet's acks_late, prefetch 1 and task events.
+    """
+    env = {"BENCH_BROKER_URL": broker_url, "BENCH_CELERY_PROFILE": profile or ""}
     argv = [
         sys.executable, "-m", "celery", "-A", "bench.celery_app", "worker",
         "-P", pool, "-c", str(concurrency), "-Q", QUEUE, "-n", f"{name}@%h",
         "-l", "info", "--without-gossip", "--without-mingle", "--without-heartbeat",
     ]  # fmt: skip
-    return WorkerProcess(argv, env={"BENCH_BROKER_URL": broker_url}, name=name)
+    if profile == "toolfleet":
+        argv.append("--task-events")
+    return WorkerProcess(argv, env=env, name=name)
 
 
 class RawCelery:
     """The dispatcher side of the baseline."""
 
-    def __init__(self, broker_url: str) -> None:
-        self.app: Celery = make_app(broker_url)
+    def __init__(self, broker_url: str, profile: str | None = None) -> None:
+        self.app: Celery = make_app(broker_url, profile)
 
     def run_batch(self, task: str, arguments: Sequence[dict[str, Any]], timeout_s: float) -> float:
         """Wall seconds from the first publish to the last result collected."""

@@ -21,6 +21,9 @@ __all__ = ["MODES", "WORKLOADS", "Context"]
 MODES = ("inprocess", "celery", "toolfleet", "toolfleet-batched", "lionagi")
 # A batch that has not finished by then is reported as an error line, and the run goes on.
 BATCH_TIMEOUT_S = 300.0
+# The variant of raw Celery with toolfleet's reliability and Flower settings (acks_late,
+# prefetch 1, task events, track_started): what those settings cost Celery itself.
+SAME_SETTINGS = "toolfleet-settings"
 
 
 @dataclass
@@ -59,13 +62,14 @@ def _celery_batch(
     concurrency: int,
     variant: str = "",
     extra: dict[str, object] | None = None,
+    profile: str | None = None,
 ) -> Result:
     """One raw-Celery batch on a fresh worker; a failure is a result line, not a crash."""
     extra = {"concurrency": concurrency, **(extra or {})}
     name = f"bench-raw-{workload}-{pool}{concurrency}"
     try:
-        with raw_worker(ctx.broker_url, pool, concurrency, name):
-            client = RawCelery(ctx.broker_url)
+        with raw_worker(ctx.broker_url, pool, concurrency, name, profile):
+            client = RawCelery(ctx.broker_url, profile)
             try:
                 wall_s = client.run_batch(task, args, BATCH_TIMEOUT_S)
             finally:
@@ -112,6 +116,12 @@ def _lionagi(workload: str, func: Callable[..., object], args: list[dict[str, ob
         return Result(workload, "lionagi", len(args), 0.0, error=_text(exc))
 
 
+def _key(result: Result) -> str:
+    """A mode, plus ``/toolfleet-settings`` for the raw-Celery line that uses them."""
+    same = SAME_SETTINGS in result.variant
+    return f"{result.mode}/{SAME_SETTINGS}" if same else result.mode
+
+
 def _text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"[:2000]
 
@@ -129,22 +139,25 @@ def echo(ctx: Context) -> list[Result]:
         results.append(_lionagi("echo", tools.echo, args))
     if ctx.wants("celery"):
         results.append(_celery_batch(ctx, "echo", ECHO, args, "prefork", c))
+        results.append(
+            _celery_batch(ctx, "echo", ECHO, args, "prefork", c, SAME_SETTINGS, profile="toolfleet")
+        )
     for mode in ("toolfleet", "toolfleet-batched"):
         if ctx.wants(mode):
             results.append(_fleet_batch(ctx, "echo", mode, "echo", args, "sync", c))
-    by_mode = {r.mode: r for r in results if r.ok}
-    for r in by_mode.values():
-        for other in by_mode.values():
+    by_key = {_key(r): r for r in results if r.ok}
+    for r in by_key.values():
+        for key, other in by_key.items():
             if other is not r:
-                r.ratios[f"per_call_vs_{other.mode}"] = r.per_call_ms / other.per_call_ms
-    celery = by_mode.get("celery")
+                r.ratios[f"per_call_vs_{key}"] = r.per_call_ms / other.per_call_ms
+    celery = by_key.get("celery")
     if celery is not None:
-        if "toolfleet" in by_mode:
-            ratio = by_mode["toolfleet"].per_call_ms / celery.per_call_ms
-            by_mode["toolfleet"].target = _target("per_call <= 1.25 x celery", ratio, ratio <= 1.25)
-        if "toolfleet-batched" in by_mode:
-            ratio = by_mode["toolfleet-batched"].calls_per_s / celery.calls_per_s
-            by_mode["toolfleet-batched"].target = _target(
+        if "toolfleet" in by_key:
+            ratio = by_key["toolfleet"].per_call_ms / celery.per_call_ms
+            by_key["toolfleet"].target = _target("per_call <= 1.25 x celery", ratio, ratio <= 1.25)
+        if "toolfleet-batched" in by_key:
+            ratio = by_key["toolfleet-batched"].calls_per_s / celery.calls_per_s
+            by_key["toolfleet-batched"].target = _target(
                 "calls_per_s >= 3 x celery", ratio, ratio >= 3.0
             )
     return results
@@ -168,6 +181,10 @@ def sync(ctx: Context) -> list[Result]:
         row: list[Result] = []
         if ctx.wants("celery"):
             row.append(_celery_batch(ctx, "sync", SLEEP_SYNC, args, "prefork", c, variant))
+            row.append(
+                _celery_batch(ctx, "sync", SLEEP_SYNC, args, "prefork", c,
+                              f"{variant},{SAME_SETTINGS}", profile="toolfleet")
+            )  # fmt: skip
         if ctx.wants("toolfleet"):
             row.append(
                 _fleet_batch(ctx, "sync", "toolfleet", "sleep_sync", args, "sync", c, variant)
@@ -184,7 +201,7 @@ def sync(ctx: Context) -> list[Result]:
                     r.target = _target("speedup >= 0.8 x concurrency", speedup / c, met)
             for other in row:
                 if other is not r:
-                    r.ratios[f"wall_vs_{other.mode}"] = r.wall_s / other.wall_s
+                    r.ratios[f"wall_vs_{_key(other)}"] = r.wall_s / other.wall_s
     return results
 
 
