@@ -20,10 +20,12 @@ from typing import Any
 import redis
 from celery import Celery, Task, signals
 from celery.exceptions import Ignore, SoftTimeLimitExceeded, TimeLimitExceeded
+from kombu.utils.url import maybe_sanitize_url
 from pydantic import ValidationError
 
 import schemas.errors as toolfleet_errors
 from schemas.errors import (
+    BrokerError,
     MalformedRequestError,
     ToolTimeoutError,
     UnknownToolError,
@@ -428,6 +430,13 @@ def record_if_absent(
         return  # no call_id to record under
     reg = runtime.registry
     tool = reg.get(msg.function) if msg.function in reg else None
+    if isinstance(exc, redis.RedisError | ConnectionError):
+        # Issue 7: a broker failure is reported as one, naming the broker (password masked).
+        exc = BrokerError(
+            f"the broker {maybe_sanitize_url(runtime.redis_url)} failed while call "
+            f"{msg.call_id} of tool {msg.function!r} ran ({type(exc).__name__}: {exc}); its "
+            f"outcome was lost. Re-run the call if the tool is safe to repeat"
+        )
     result = CallResult(
         call_id=msg.call_id,
         function=msg.function,
