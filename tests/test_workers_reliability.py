@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from pathlib import Path
@@ -19,7 +20,7 @@ from workers.keys import Keys
 from workers.publish import publish_calls
 from workers.registry import registry
 from workers.settings import Settings
-from workers.store import StartedMarker
+from workers.store import HEARTBEAT_STALE_S, AsyncRecordStore, StartedMarker
 
 
 def test_pickle_message_is_refused_and_its_tool_never_runs(
@@ -168,3 +169,26 @@ def test_a_worker_killed_mid_call_leaves_a_call_that_fails_as_worker_lost(
         if second is not None:
             second.stop()
         app.close()
+
+
+def test_two_redeliveries_of_a_lost_call_take_over_its_marker_only_once(redis_url: str) -> None:
+    """Only one of several deliveries racing past a dead worker's marker may run the tool."""
+    call_id = str(uuid.uuid4())
+    keys = Keys(f"toolfleet-takeover-{uuid.uuid4().hex[:8]}")
+    dead = StartedMarker("dead@host", 1, 0, time.time() - HEARTBEAT_STALE_S - 1)
+
+    async def race() -> list[StartedMarker | None]:
+        store = AsyncRecordStore.from_url(redis_url, keys, record_ttl_s=60)
+        try:
+            await store.client.set(keys.started(call_id), dead.to_json())
+            contenders = [StartedMarker.now(f"w{i}@host", 0) for i in range(8)]
+            return await asyncio.gather(*(store.take_over(call_id, m) for m in contenders))
+        finally:
+            await store.client.delete(keys.started(call_id))
+            await store.aclose()
+
+    outcomes = asyncio.run(race())
+    winners = [o for o in outcomes if o is None]
+    assert len(winners) == 1
+    holders = {o.worker for o in outcomes if o is not None}
+    assert len(holders) == 1 and holders != {"dead@host"}  # the others see the live winner

@@ -65,6 +65,21 @@ return 0
 """
 
 
+# Takes over the started marker only while it is absent, unreadable or still stale.
+_TAKE_OVER_SCRIPT = """
+local current = redis.call('GET', KEYS[1])
+if current then
+  local ok, data = pcall(cjson.decode, current)
+  local beat_at = ok and type(data) == 'table' and tonumber(data['beat_at'])
+  if beat_at and beat_at > tonumber(ARGV[2]) - tonumber(ARGV[3]) then
+    return current
+  end
+end
+redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[4])
+return 1
+"""
+
+
 @dataclass(frozen=True, slots=True)
 class StartedMarker:
     """Who runs a call: worker hostname, pid, attempt, and the last heartbeat (epoch seconds)."""
@@ -147,8 +162,20 @@ class AsyncRecordStore:
         key = self.keys.started(call_id)
         await self.client.eval(_RELEASE_SCRIPT, 1, key, marker.to_json())
 
-    async def take_over(self, call_id: str, marker: StartedMarker) -> None:
-        await self.client.set(self.keys.started(call_id), marker.to_json(), ex=self.record_ttl_s)
+    async def take_over(self, call_id: str, marker: StartedMarker) -> StartedMarker | None:
+        """Replace a stale marker with ``marker``, atomically; return the live holder instead
+        when another delivery took over first (so two redeliveries never both run the tool).
+        """
+        taken = await self.client.eval(
+            _TAKE_OVER_SCRIPT,
+            1,
+            self.keys.started(call_id),
+            marker.to_json(),
+            repr(time.time()),
+            repr(HEARTBEAT_STALE_S),
+            str(self.record_ttl_s),
+        )
+        return None if taken == 1 else StartedMarker.from_json(taken)
 
     async def finish(self, result: CallResult, reply_to: str | None) -> bool:
         """Store the terminal record, drop the started marker and notify, atomically.

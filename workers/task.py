@@ -185,7 +185,7 @@ async def _execute(
         if stored is not None and stored.attempt >= msg.attempt:
             await store.release(msg.call_id, marker)
             return Outcome(stored, rebuild_error(stored))
-    else:
+    while holder is not None:
         finished = await _wait_for_live_holder(store, msg, holder)
         if finished is not None:
             return Outcome(finished, rebuild_error(finished))
@@ -196,7 +196,8 @@ async def _execute(
                 f"(mark it @tool(idempotent=True) if running it twice is safe)"
             )
             return await _finish_failed(store, msg, tool, lost, hostname)
-        await store.take_over(msg.call_id, marker)
+        # Another redelivery may take over first; then it is the live holder to wait for.
+        holder = await store.take_over(msg.call_id, marker)
 
     runtime.heartbeat.add(msg.call_id, marker)
     try:
