@@ -8,10 +8,12 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 from urllib.parse import urlsplit
+
+from tests.fleet import wait_for
 
 __all__ = [
     "REPO_ROOT",
@@ -27,7 +29,6 @@ __all__ = [
 ]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-T = TypeVar("T")
 
 
 def toolfleet_argv(*args: str) -> list[str]:
@@ -125,18 +126,7 @@ def no_processes_left(home: Path, *, timeout_s: float = 10.0) -> None:
         time.sleep(0.05)
 
 
-def wait_until(
-    predicate: Callable[[], T], *, timeout_s: float, what: str, interval_s: float = 0.05
-) -> T:
-    """Poll ``predicate`` until it is truthy; fail naming ``what`` after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
-        time.sleep(interval_s)
+wait_until = wait_for  # one deadline-bounded poll for every test helper
 
 
 def read_jsonl(text: str) -> list[dict[str, Any]]:

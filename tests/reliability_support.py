@@ -12,30 +12,17 @@ import signal
 import socket
 import subprocess
 import tempfile
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TypeVar
 
 import redis
 
+from tests.fleet import wait_for
+
 __all__ = ["PrivateRedis", "free_port", "kill_pid", "private_redis", "wait_until"]
 
-T = TypeVar("T")
 
-
-def wait_until(
-    predicate: Callable[[], T], *, timeout_s: float, what: str, interval_s: float = 0.02
-) -> T:
-    """Return the first truthy value of ``predicate()``; fail naming ``what`` at the deadline."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:g}s waiting for {what}")
-        time.sleep(interval_s)
+wait_until = wait_for  # one deadline-bounded poll for every test helper
 
 
 def free_port() -> int:
