@@ -39,6 +39,7 @@ from schemas.errors import (
 )
 from schemas.execution import Execution
 from schemas.function_calling import REDACTED, normalize_arguments
+from schemas.messages import ActionRequest, ActionResponse
 from schemas.serialize import format_error
 from schemas.status import EventStatus
 from schemas.wire import CallMessage, CallResult
@@ -414,21 +415,7 @@ class Batch:
         output = execution.response
         error = None if status is EventStatus.COMPLETED else _error_text(execution.error, status)
         arguments = ctx.public_arguments
-        request, response = link_pair(
-            function=ctx.function,
-            arguments=arguments,
-            output=output,
-            error=error,
-            branch_id=ctx.branch_id,
-        )
-        model = ActionResponseModel(
-            function=ctx.function,
-            arguments=arguments,
-            output=output,
-            status=status,
-            error=error,
-            call_id=ctx.call_id,
-        )
+        request, response, model = _answer(ctx, arguments, output, status, error)
         return Unit(
             call_id=ctx.call_id,
             events=events,
@@ -451,20 +438,8 @@ class Batch:
         self.branch._signal(GateDenied(ctx.call_id, ctx.function, ctx.branch_id, reason))
         output = {"error": DENIED_OUTPUT_ERROR, "function": ctx.function}
         arguments = ctx.public_arguments
-        request, response = link_pair(
-            function=ctx.function,
-            arguments=arguments,
-            output=output,
-            error=DENIED_OUTPUT_ERROR,
-            branch_id=ctx.branch_id,
-        )
-        model = ActionResponseModel(
-            function=ctx.function,
-            arguments=arguments,
-            output=output,
-            status=EventStatus.SKIPPED,
-            error=DENIED_OUTPUT_ERROR,
-            call_id=ctx.call_id,
+        request, response, model = _answer(
+            ctx, arguments, output, EventStatus.SKIPPED, DENIED_OUTPUT_ERROR
         )
         # Denial is a value whatever suppress_errors says; no event, no hook.
         return Unit(ctx.call_id, [], request, response, model)
@@ -494,21 +469,7 @@ class Batch:
             "attempt": len(events or ()),
             "worker": None,
         }
-        request, response = link_pair(
-            function=ctx.function,
-            arguments=arguments,
-            output=output,
-            error=error,
-            branch_id=ctx.branch_id,
-        )
-        model = ActionResponseModel(
-            function=ctx.function,
-            arguments=arguments,
-            output=output,
-            status=EventStatus.ABORTED,
-            error=error,
-            call_id=ctx.call_id,
-        )
+        request, response, model = _answer(ctx, arguments, output, EventStatus.ABORTED, error)
         return Unit(
             call_id=ctx.call_id,
             events=[*(events or ()), record],
@@ -560,3 +521,29 @@ def _error_text(error: str | BaseException | None, status: EventStatus) -> str:
     if isinstance(error, BaseException):
         return format_error(error)
     return error
+
+
+def _answer(
+    ctx: CallContext,
+    arguments: dict[str, Any],
+    output: Any,
+    status: EventStatus,
+    error: str | None,
+) -> tuple[ActionRequest, ActionResponse, ActionResponseModel]:
+    """The linked message pair and the returned model of one call: the same facts, three views."""
+    request, response = link_pair(
+        function=ctx.function,
+        arguments=arguments,
+        output=output,
+        error=error,
+        branch_id=ctx.branch_id,
+    )
+    model = ActionResponseModel(
+        function=ctx.function,
+        arguments=arguments,
+        output=output,
+        status=status,
+        error=error,
+        call_id=ctx.call_id,
+    )
+    return request, response, model
