@@ -7,8 +7,11 @@ concurrently on one event loop, so every call keeps its own idempotency check, s
 terminal record and reply — the collector cannot tell a batched call from a single one.
 
 What is lost per call: Flower shows one task per *batch* (named ``batch:<function>:<n>``,
-args listing the call ids), not one per call, and a batched call can only be revoked while
-queued through Celery's revoked set (checked here before each call runs).
+args listing the call ids), not one per call; a batched call can only be revoked while queued,
+through Celery's revoked set (checked here before each call runs; only the asyncio pool, which
+runs in the worker's main process, sees revokes that arrive after the pool started); and no
+Celery time limit guards a blocking sync tool inside a batch (a tool's ``timeout_s`` still
+bounds async tools). So batch only trivial, quick tools.
 """
 
 from __future__ import annotations
