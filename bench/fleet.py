@@ -102,14 +102,18 @@ class FleetClient:
         requests = [{"function": function, "arguments": a} for a in arguments]
         params = CallParams(max_concurrent=max_concurrent)
         start = time.perf_counter()
-        try:
-            async with asyncio.timeout(timeout_s):
-                results = await branch.act(requests, call_params=params)
-        except TimeoutError:
+        act = asyncio.ensure_future(branch.act(requests, call_params=params))
+        done, _ = await asyncio.wait({act}, timeout=timeout_s)
+        if not done:
+            # Diagnose before cancelling: a cancelled act() forgets the calls it awaited.
+            diagnosis = await self._diagnose()
+            act.cancel()
+            await asyncio.gather(act, return_exceptions=True)
             raise RuntimeError(
                 f"toolfleet {function}: act() of {len(requests)} calls did not return within "
-                f"{timeout_s:g}s; {await self._diagnose()}"
-            ) from None
+                f"{timeout_s:g}s; {diagnosis}"
+            )
+        results = act.result()
         wall_s = time.perf_counter() - start
         bad = [r for r in results if r.status is not EventStatus.COMPLETED]
         if len(results) != len(requests) or bad:
