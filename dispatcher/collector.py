@@ -3,6 +3,11 @@
 Workers RPUSH each CallResult onto this collector's reply list; the collector BLPOPs it on
 its own connection and resolves the future waiting for that (call_id, attempt). Nothing
 polls per task and the caller's event loop is never blocked.
+
+The reply list is only the fast path. A pop whose answer is lost in transit (a socket
+timeout after the server already removed the replies) would strand its calls, so after any
+connection error, and every few idle seconds while calls are awaited, the collector reads
+the awaited calls' durable records (``Keys.event``) and delivers those that have finished.
 """
 
 from __future__ import annotations
@@ -10,6 +15,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
+from collections.abc import Callable
 from typing import cast
 
 import redis.asyncio as aioredis
@@ -27,14 +34,20 @@ _BLOCK_S = 1.0
 # After a wake-up, take up to this many more results in one round trip.
 _DRAIN_COUNT = 1000
 _RECONNECT_DELAY_S = 0.5
+# While calls are awaited and no reply arrives, re-read their records this often.
+_RECOVER_EVERY_S = 5.0
+_RECOVER_CHUNK = 500
 
 
 class Collector:
     """Resolves one future per expected (call_id, attempt) from the reply list."""
 
-    def __init__(self, client: aioredis.Redis, reply_key: str) -> None:
+    def __init__(
+        self, client: aioredis.Redis, reply_key: str, event_key: Callable[[str], str]
+    ) -> None:
         self.client = client
         self.reply_key = reply_key
+        self.event_key = event_key
         self._pending: dict[tuple[str, int], asyncio.Future[CallResult]] = {}
         self._task: asyncio.Task[None] | None = None
         # None until the server has shown whether it knows BLMPOP (Redis >= 7).
@@ -112,17 +125,51 @@ class Collector:
         return [cast(bytes, first[1]), *cast(list[bytes], more or [])]
 
     async def _run(self) -> None:
+        last_reply_s = time.monotonic()
         while True:
             try:
-                for raw in await self._pop():
+                replies = await self._pop()
+                for raw in replies:
                     self.deliver(raw)
+                if replies:
+                    last_reply_s = time.monotonic()
+                elif self._pending and time.monotonic() - last_reply_s > _RECOVER_EVERY_S:
+                    await self.recover()
+                    last_reply_s = time.monotonic()
             except (RedisError, OSError) as exc:
-                # Replies wait in the Redis list meanwhile, so a reconnect loses none.
                 log.warning("collector %s: %s; reconnecting", self.reply_key, exc)
                 await asyncio.sleep(_RECONNECT_DELAY_S)
+                with contextlib.suppress(RedisError, OSError):
+                    await self.recover()
             except Exception:
                 log.exception("collector %s: unexpected error; continuing", self.reply_key)
                 await asyncio.sleep(_RECONNECT_DELAY_S)
+
+    async def recover(self) -> int:
+        """Deliver every awaited attempt whose record is already stored; return how many."""
+        awaited = self.awaited()
+        delivered = 0
+        for start in range(0, len(awaited), _RECOVER_CHUNK):
+            chunk = awaited[start : start + _RECOVER_CHUNK]
+            raws = await self.client.mget([self.event_key(call_id) for call_id, _ in chunk])
+            for (call_id, attempt), raw in zip(chunk, raws, strict=True):
+                if raw is None:
+                    continue
+                try:
+                    result = CallResult.model_validate_json(raw)
+                except ValidationError:
+                    continue
+                # The record holds the latest attempt; an older one is not this wait's answer.
+                if result.attempt == attempt and self.is_awaited(call_id, attempt):
+                    self.deliver(raw)
+                    delivered += 1
+        if delivered:
+            log.warning(
+                "collector %s: recovered %d result(s) from stored records",
+                self.reply_key,
+                delivered,
+            )
+        return delivered
 
     async def aclose(self) -> None:
         task, self._task = self._task, None

@@ -72,7 +72,9 @@ class Fleet:
         # A previous loop's clients cannot be awaited from here; drop them.
         self._loop = loop
         self._redis = aioredis.Redis.from_url(self.redis_url)
-        self._collector = Collector(aioredis.Redis.from_url(self.redis_url), self.reply_key)
+        self._collector = Collector(
+            aioredis.Redis.from_url(self.redis_url), self.reply_key, self.keys.event
+        )
         self._collector.start()
         # Issue 7: a broker restart or long outage must not leave calls awaited forever.
         self._watch = BrokerWatch(

@@ -205,10 +205,11 @@ def test_collector_resolves_each_attempt_once_and_ignores_duplicates(
     redis_url: str, multipop: bool | None
 ) -> None:
     async def scenario() -> None:
-        reply_key = Keys("unit-collector").reply("c")
+        keys = Keys("unit-collector")
+        reply_key = keys.reply("c")
         client = aioredis.Redis.from_url(redis_url)
         await client.delete(reply_key)
-        collector = Collector(aioredis.Redis.from_url(redis_url), reply_key)
+        collector = Collector(aioredis.Redis.from_url(redis_url), reply_key, keys.event)
         collector._multipop = multipop  # False: as against Redis 6.2, which has no BLMPOP
         collector.start()
         try:
@@ -224,6 +225,34 @@ def test_collector_resolves_each_attempt_once_and_ignores_duplicates(
         finally:
             await collector.aclose()
             await client.delete(reply_key)
+            await client.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_collector_recovers_a_result_whose_reply_was_lost_from_its_stored_record(
+    redis_url: str,
+) -> None:
+    """A pop answer lost in transit removed the reply; the durable record still answers."""
+
+    async def scenario() -> None:
+        keys = Keys("unit-collector-recover")
+        client = aioredis.Redis.from_url(redis_url)
+        collector = Collector(aioredis.Redis.from_url(redis_url), keys.reply("c"), keys.event)
+        try:
+            done = collector.expect("done", 0)
+            retried = collector.expect("retried", 1)
+            running = collector.expect("running", 0)
+            await client.set(keys.event("done"), _result("done", 0, "stored"))
+            # The stored record is attempt 0's; the wait is for attempt 1: not its answer.
+            await client.set(keys.event("retried"), _result("retried", 0, "old"))
+            assert await collector.recover() == 1
+            assert done.done() and done.result().execution["response"] == "stored"
+            assert not retried.done() and not running.done()
+            assert sorted(collector.awaited()) == [("retried", 1), ("running", 0)]
+        finally:
+            await client.delete(keys.event("done"), keys.event("retried"))
+            await collector.aclose()
             await client.aclose()
 
     asyncio.run(scenario())

@@ -145,7 +145,9 @@ def test_a_broker_down_past_the_outage_limit_fails_every_awaited_call() -> None:
     now = [1000.0]
 
     async def scenario() -> tuple[BaseException | None, int]:
-        collector = Collector(aioredis.Redis.from_url(url), "toolfleet:reply:test-outage")
+        collector = Collector(
+            aioredis.Redis.from_url(url), "toolfleet:reply:test-outage", Keys().event
+        )
         watch = BrokerWatch(
             aioredis.Redis.from_url(url), collector, Keys(), url, clock=lambda: now[0]
         )
