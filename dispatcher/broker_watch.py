@@ -12,7 +12,6 @@ stored first (so no worker runs the call later) and revokes it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -22,6 +21,7 @@ from kombu.utils.url import maybe_sanitize_url
 from redis.exceptions import RedisError
 
 from dispatcher.collector import Collector
+from dispatcher.stopping import cancel_and_wait
 from schemas.errors import BrokerError
 from workers.keys import Keys
 
@@ -70,9 +70,7 @@ class BrokerWatch:
     async def aclose(self) -> None:
         task, self._task = self._task, None
         if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await cancel_and_wait(task)
         await self.client.aclose()
 
     async def _run(self) -> None:

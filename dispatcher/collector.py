@@ -23,6 +23,7 @@ import redis.asyncio as aioredis
 from pydantic import ValidationError
 from redis.exceptions import RedisError, ResponseError
 
+from dispatcher.stopping import cancel_and_wait
 from schemas.wire import CallResult
 
 __all__ = ["Collector"]
@@ -174,9 +175,7 @@ class Collector:
     async def aclose(self) -> None:
         task, self._task = self._task, None
         if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await cancel_and_wait(task)
         for future in self._pending.values():
             if not future.done():
                 future.cancel()

@@ -286,3 +286,33 @@ def test_history_unit_is_json_in_redis_order(redis_url: str) -> None:
             await client.aclose()
 
     asyncio.run(scenario())
+
+
+def test_cancel_and_wait_stops_a_task_that_swallowed_its_first_cancellation() -> None:
+    """redis-py can turn a cancel racing its socket timeout into TimeoutError; the fleet's
+    background loops catch that and run on, so one cancel() left Fleet.aclose() hanging."""
+    from dispatcher.stopping import cancel_and_wait
+
+    async def scenario() -> int:
+        swallowed = 0
+
+        async def background_loop() -> None:
+            nonlocal swallowed
+            while True:
+                try:
+                    await asyncio.sleep(10)
+                except asyncio.CancelledError:
+                    if swallowed:
+                        raise
+                    swallowed += 1
+                    current = asyncio.current_task()
+                    assert current is not None
+                    current.uncancel()
+
+        task = asyncio.ensure_future(background_loop())
+        await asyncio.sleep(0)
+        await asyncio.wait_for(cancel_and_wait(task), timeout=5)
+        assert task.cancelled()
+        return swallowed
+
+    assert asyncio.run(scenario()) == 1
