@@ -15,7 +15,7 @@ import time
 import uuid
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from dispatcher.cancel import Settler, cancelled_error, settle_calls, stopped_result
 from dispatcher.context import CallContext
@@ -162,26 +162,50 @@ class Batch:
         return units
 
     async def _run_concurrent(self) -> list[Unit | None]:
-        tasks = [
-            asyncio.ensure_future(self._windowed(index, item))
-            for index, item in enumerate(self.items)
-        ]
-        try:
-            return list(await asyncio.gather(*tasks))
-        except BaseException:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            raise
+        # A task exists only for a call inside the window (C8), so a 100,000-call batch holds
+        # `window` tasks at a time, not one per call waiting on the semaphore.
+        units: list[Unit | None] = [None] * len(self.items)
+        running: set[asyncio.Task[None]] = set()
+        failed: list[asyncio.Task[None]] = []
 
-    async def _windowed(self, index: int, item: Envelope | MalformedRequestError) -> Unit | None:
-        # C8: the window bounds calls in their transaction, from authorization to result.
-        async with self._window:
+        def done(task: asyncio.Task[None]) -> None:
+            running.discard(task)
+            if not task.cancelled() and task.exception() is not None:
+                failed.append(task)
+
+        try:
+            for index, item in enumerate(self.items):
+                await self._window.acquire()
+                if failed:
+                    self._window.release()
+                    break
+                task = asyncio.ensure_future(self._windowed(index, item, units))
+                running.add(task)
+                task.add_done_callback(done)
+            while running:
+                await asyncio.wait(set(running), return_when=asyncio.FIRST_EXCEPTION)
+                if failed:
+                    break
+            if failed:
+                raise cast(BaseException, failed[0].exception())
+        except BaseException:
+            for task in running:
+                task.cancel()
+            await asyncio.gather(*running, return_exceptions=True)
+            raise
+        return units
+
+    async def _windowed(
+        self, index: int, item: Envelope | MalformedRequestError, units: list[Unit | None]
+    ) -> None:
+        try:
             unit = None if self._stopped else await self._transact(item, index)
+        finally:
+            self._window.release()
+        units[index] = unit
         if unit is not None and self._stops_batch(unit):
             self._stopped = True
         await self._complete(index, unit)
-        return unit
 
     def _stops_batch(self, unit: Unit | None) -> bool:
         return (
