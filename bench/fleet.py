@@ -1,8 +1,7 @@
 """toolfleet mode: ``Branch.act`` on a Fleet, with ``toolfleet worker`` processes.
 
-The batched mode goes through the same ``Branch.act`` with one difference: its Fleet publishes
-with :func:`workers.batch.publish_batched` (several calls per Celery message) instead of one
-message per call. That subclass is the whole dispatcher-side seam batching needs.
+The batched mode is the same ``Branch.act`` with ``CallParams(batch_size=BATCH_SIZE)``: the
+fleet publishes several calls per ``toolfleet.execute_many`` message instead of one per call.
 """
 
 from __future__ import annotations
@@ -56,7 +55,7 @@ class FleetClient:
 
         settings = Settings(broker_url=broker_url, tools=(TOOL_MODULE,))
         self.batched = batched
-        self.fleet: Fleet = _batching_fleet(settings) if batched else Fleet(settings)
+        self.fleet = Fleet(settings)
         self.loop = asyncio.new_event_loop()
 
     def run_batch(
@@ -100,7 +99,9 @@ class FleetClient:
 
         branch = Branch(fleet=self.fleet)
         requests = [{"function": function, "arguments": a} for a in arguments]
-        params = CallParams(max_concurrent=max_concurrent)
+        params = CallParams(
+            max_concurrent=max_concurrent, batch_size=BATCH_SIZE if self.batched else None
+        )
         start = time.perf_counter()
         act = asyncio.ensure_future(branch.act(requests, call_params=params))
         done, _ = await asyncio.wait({act}, timeout=timeout_s)
@@ -160,23 +161,3 @@ class FleetClient:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _batching_fleet(settings: Any) -> Any:
-    """A Fleet whose publish() sends ``BATCH_SIZE`` calls per ``toolfleet.execute_many``."""
-    from dispatcher.fleet import Fleet
-    from schemas.tool import Tool
-    from schemas.wire import CallMessage
-    from workers.batch import publish_batched
-
-    class BatchingFleet(Fleet):
-        async def publish(self, calls: Sequence[tuple[CallMessage, Tool]]) -> None:
-            if not calls:
-                return
-            loop = asyncio.get_running_loop()
-            # The fleet's one publishing thread: kombu producers are not thread-safe.
-            await loop.run_in_executor(
-                self._executor, publish_batched, self.app, list(calls), BATCH_SIZE
-            )
-
-    return BatchingFleet(settings)

@@ -90,7 +90,7 @@ class Batch:
         self.items = self._envelopes(requests)
         window = self.params.max_concurrent or fleet.settings.max_in_flight
         self._window = asyncio.Semaphore(window)
-        self._publisher = Publisher(fleet)
+        self._publisher = Publisher(fleet, batch_size=self.params.batch_size)
         self._ready: dict[int, Unit | None] = {}
         self._next_write = 0
         self._write_lock = asyncio.Lock()

@@ -102,15 +102,27 @@ class Fleet:
     def expect(self, call_id: str, attempt: int) -> asyncio.Future[CallResult]:
         return self.collector.expect(call_id, attempt)
 
-    async def publish(self, calls: Sequence[tuple[CallMessage, Tool]]) -> None:
-        """Enqueue ``calls`` in one hop to the publishing thread; raises BrokerError."""
+    async def publish(
+        self, calls: Sequence[tuple[CallMessage, Tool]], *, batch_size: int | None = None
+    ) -> None:
+        """Enqueue ``calls`` in one hop to the publishing thread; raises BrokerError.
+
+        With ``batch_size``, up to that many calls share one ``toolfleet.execute_many``
+        message (CallParams.batch_size); otherwise each call is its own task.
+        """
+        from workers.batch import publish_batched
         from workers.publish import publish_calls
 
         if not calls:
             return
         loop = asyncio.get_running_loop()
         try:
-            await loop.run_in_executor(self._executor, publish_calls, self.app, list(calls))
+            if batch_size is None:
+                await loop.run_in_executor(self._executor, publish_calls, self.app, list(calls))
+            else:
+                await loop.run_in_executor(
+                    self._executor, publish_batched, self.app, list(calls), batch_size
+                )
         except BrokerError:
             raise
         except Exception as exc:

@@ -19,9 +19,12 @@ CHUNK_SIZE = 500
 class Publisher:
     """``await submit(message, tool)`` returns once the message is on the broker."""
 
-    def __init__(self, fleet: Fleet, *, chunk_size: int = CHUNK_SIZE) -> None:
+    def __init__(
+        self, fleet: Fleet, *, chunk_size: int = CHUNK_SIZE, batch_size: int | None = None
+    ) -> None:
         self._fleet = fleet
         self._chunk_size = chunk_size
+        self._batch_size = batch_size
         self._buffer: list[tuple[CallMessage, Tool, asyncio.Future[None]]] = []
         self._flusher: asyncio.Task[None] | None = None
 
@@ -43,7 +46,7 @@ class Publisher:
             if not live:
                 continue
             try:
-                await self._fleet.publish([(m, t) for m, t, _ in live])
+                await self._fleet.publish([(m, t) for m, t, _ in live], batch_size=self._batch_size)
             except Exception as exc:
                 for _, _, f in live:
                     if not f.done():

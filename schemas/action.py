@@ -50,6 +50,9 @@ class CallParams(BaseModel):
     throttle_period_s: float | None = None
     return_exceptions: bool = False
     output_dropna: bool = True
+    # Opt-in for trivial tools: up to this many calls per Celery message (each call keeps its
+    # own record and response; Flower shows one task per message). None: one per message.
+    batch_size: int | None = None
 
     @field_validator("timeout_s", "deadline_s", "throttle_period_s")
     @classmethod
@@ -58,7 +61,7 @@ class CallParams(BaseModel):
             raise ValueError(f"must be a positive number of seconds or None, got {value!r}")
         return value
 
-    @field_validator("max_concurrent")
+    @field_validator("max_concurrent", "batch_size")
     @classmethod
     def _positive_count(cls, value: int | None) -> int | None:
         if value is not None and value < 1:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import time
+import uuid
 from datetime import datetime
 from typing import Any
 
@@ -15,6 +17,7 @@ from schemas.action import ActionResponseModel, CallParams
 from schemas.errors import UnknownToolError
 from schemas.messages import ActionRequest
 from schemas.status import EventStatus
+from tests.fleet import start_worker
 from tests.test_dispatcher_act import assert_linked_history, call, finished_at, run
 from workers.settings import Settings
 
@@ -262,3 +265,45 @@ def test_cancelling_act_during_a_write_still_writes_whole_units_in_order(
     assert first.content.output == "first" and first.content.error is None  # type: ignore[union-attr]
     assert str(second.content.error).startswith("CancelledError")  # type: ignore[union-attr]
     assert [e["execution"]["status"] for e in branch.events] == ["completed", "cancelled"]
+
+
+def test_batch_size_sends_several_calls_per_message_each_with_its_own_response(
+    fleet_settings: Settings, redis_url: str
+) -> None:
+    """CallParams.batch_size (opt-in): 25 sync calls become 3 Celery messages on the queue,
+    and each call still gets its own record and linked response, failures included."""
+    queue = f"toolfleet.test-batched-{uuid.uuid4().hex[:8]}"
+    settings = fleet_settings.model_copy(update={"sync_queue": queue})
+    requests = [call("echo", value=i) for i in range(24)] + [call("fail", message="nope")]
+
+    async def scenario(fleet: Fleet) -> tuple[Branch, list[ActionResponseModel]]:
+        branch = Branch(fleet=fleet)
+        act = asyncio.ensure_future(
+            branch.act(requests, call_params=CallParams(batch_size=10, max_concurrent=100))
+        )
+        # No worker serves this queue yet: the messages wait there to be counted.
+        client = fleet.redis
+        deadline = time.monotonic() + 20
+        while await client.llen(queue) < 3:
+            assert time.monotonic() < deadline, "the batched messages never reached the queue"
+            await asyncio.sleep(0.02)
+        queued = [json.loads(raw) for raw in await client.lrange(queue, 0, -1)]
+        assert [m["headers"]["task"] for m in queued] == ["toolfleet.execute_many"] * 3
+        worker = await asyncio.to_thread(
+            start_worker,
+            "sync",
+            redis_url=redis_url,
+            concurrency=2,
+            env={"TOOLFLEET_SYNC_QUEUE": queue},
+        )
+        try:
+            return branch, await act
+        finally:
+            await asyncio.to_thread(worker.stop)
+
+    branch, results = run(settings, scenario, timeout_s=90)
+    assert [r.output for r in results[:24]] == list(range(24))
+    assert all(r.status is EventStatus.COMPLETED for r in results[:24])
+    assert results[24].status is EventStatus.FAILED and results[24].error == "ValueError: nope"
+    assert len(branch.events) == 25
+    assert_linked_history(branch, results)
