@@ -220,6 +220,9 @@ class Batch:
             run: list[Unit] = []
             while self._next_write in self._ready:
                 ready = self._ready.pop(self._next_write)
+                # Written calls need no context (only unwritten ones are ever cancelled), so
+                # a long batch does not keep one per call.
+                self._contexts.pop(self._next_write, None)
                 self._next_write += 1
                 if ready is not None:
                     run.append(ready)
