@@ -14,6 +14,7 @@ from kombu import Connection, Exchange, Producer
 
 import tests.sample_tools  # noqa: F401  (registers the tools the workers run)
 from schemas.status import EventStatus
+from schemas.wire import CallResult
 from tests.fleet import WorkerProcess, collect_replies, make_call, start_worker, wait_for
 from workers.app import EXECUTE_TASK, create_app, settings_of
 from workers.keys import Keys
@@ -192,3 +193,46 @@ def test_two_redeliveries_of_a_lost_call_take_over_its_marker_only_once(redis_ur
     assert len(winners) == 1
     holders = {o.worker for o in outcomes if o is not None}
     assert len(holders) == 1 and holders != {"dead@host"}  # the others see the live winner
+
+
+def test_begin_returns_the_stored_record_or_claims_or_names_the_holder(redis_url: str) -> None:
+    """C7's first look and claim are one atomic round trip, with each of its three answers."""
+    keys = Keys(f"toolfleet-begin-{uuid.uuid4().hex[:8]}")
+    finished = make_call("echo", {"value": 1})
+    retried = make_call("echo", {"value": 2}).model_copy(update={"attempt": 1})
+    held = make_call("echo", {"value": 3})
+
+    def record(call_id: str, attempt: int) -> str:
+        event = {"id": "e", "created_at": "t", "execution": {"status": "completed"}}
+        return CallResult(
+            call_id=call_id, function="echo", event=event, attempt=attempt
+        ).model_dump_json()
+
+    async def scenario() -> None:
+        store = AsyncRecordStore.from_url(redis_url, keys, record_ttl_s=60)
+        client = store.client
+        try:
+            await client.set(keys.event(finished.call_id), record(finished.call_id, 0))
+            await client.set(keys.event(retried.call_id), record(retried.call_id, 0))
+            other = StartedMarker.now("other@host", 0)
+            await client.set(keys.started(held.call_id), other.to_json())
+            mine = StartedMarker.now("me@host", 0)
+
+            stored, holder = await store.begin(finished.call_id, mine)
+            assert stored is not None and stored.call_id == finished.call_id and holder is None
+            assert await client.get(keys.started(finished.call_id)) is None  # nothing claimed
+
+            retry_marker = StartedMarker.now("me@host", 1)
+            stored, holder = await store.begin(retried.call_id, retry_marker)
+            assert (stored, holder) == (None, None)  # attempt 0's record does not answer attempt 1
+            claimed = await client.get(keys.started(retried.call_id))
+            assert claimed == retry_marker.to_json().encode()
+
+            stored, holder = await store.begin(held.call_id, mine)
+            assert stored is None and holder == other
+        finally:
+            await client.delete(*(keys.event(m.call_id) for m in (finished, retried, held)))
+            await client.delete(*(keys.started(m.call_id) for m in (finished, retried, held)))
+            await store.aclose()
+
+    asyncio.run(scenario())

@@ -244,6 +244,21 @@ class _BatchStore:
             result: CallResult | None = await self.store.terminal(call_id)
         return result
 
+    async def begin(self, call_id: str, marker: Any) -> tuple[CallResult | None, Any]:
+        """AsyncRecordStore.begin() from the answers prefetch() gathered for the whole batch."""
+        stored = await self.terminal(call_id)
+        if stored is not None and stored.attempt >= marker.attempt:
+            return stored, None
+        holder = await self.claim(call_id, marker)
+        if holder is None:
+            # A duplicate may have finished between the batch's look and its claim.
+            stored = await self.terminal(call_id)
+            if stored is not None and stored.attempt >= marker.attempt:
+                async with self._slow_path:
+                    await self.store.release(call_id, marker)
+                return stored, None
+        return None, holder
+
     async def claim(self, call_id: str, marker: Any) -> Any:
         if call_id in self._claimed:
             self._claimed.discard(call_id)

@@ -59,6 +59,26 @@ return 1
 """
 
 
+# One round trip to start a call: the stored record of this (or a later) attempt if there is
+# one, else the started marker claimed (NX), else the current holder's marker. Atomic, so no
+# duplicate can finish between the look and the claim.
+_BEGIN_SCRIPT = """
+local function stored()
+  local record = redis.call('GET', KEYS[1])
+  if record then
+    local ok, decoded = pcall(cjson.decode, record)
+    local attempt = ok and type(decoded) == 'table' and tonumber(decoded['attempt']) or 0
+    if attempt >= tonumber(ARGV[2]) then return record end
+  end
+  return nil
+end
+local record = stored()
+if record then return {'record', record} end
+if redis.call('SET', KEYS[2], ARGV[1], 'NX', 'EX', ARGV[3]) then return {'claimed'} end
+return {'holder', redis.call('GET', KEYS[2])}
+"""
+
+
 _RELEASE_SCRIPT = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
@@ -142,6 +162,28 @@ class AsyncRecordStore:
     async def terminal(self, call_id: str) -> CallResult | None:
         raw = await self.client.get(self.keys.event(call_id))
         return None if raw is None else CallResult.model_validate_json(raw)
+
+    async def begin(
+        self, call_id: str, marker: StartedMarker
+    ) -> tuple[CallResult | None, StartedMarker | None]:
+        """Start a call in one round trip: ``(stored record, None)`` when this attempt (or a
+        later one) already finished; ``(None, None)`` when ``marker`` now holds the call;
+        ``(None, holder)`` when another delivery holds it."""
+        reply = await self.client.eval(
+            _BEGIN_SCRIPT,
+            2,
+            self.keys.event(call_id),
+            self.keys.started(call_id),
+            marker.to_json(),
+            str(marker.attempt),
+            str(self.record_ttl_s),
+        )
+        kind = reply[0].decode() if isinstance(reply[0], bytes) else str(reply[0])
+        if kind == "record":
+            return CallResult.model_validate_json(reply[1]), None
+        if kind == "claimed":
+            return None, None
+        return None, StartedMarker.from_json(reply[1] or b"")
 
     async def claim(self, call_id: str, marker: StartedMarker) -> StartedMarker | None:
         """Set the started marker unless one exists; return the existing one, if any."""

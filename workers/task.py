@@ -166,25 +166,21 @@ async def _execute(
     cancel_is_final: Callable[[], bool],
 ) -> Outcome:
     store = runtime.async_store()
-    stored = await store.terminal(msg.call_id)
-    if stored is not None and stored.attempt >= msg.attempt:
-        await store.notify(stored, msg.reply_to)
-        return Outcome(stored, rebuild_error(stored))
-
     try:
         tool = runtime.registry.get(msg.function)
     except UnknownToolError as exc:
-        return await _finish_failed(store, msg, None, exc, hostname)
-
-    marker = StartedMarker.now(hostname, msg.attempt)
-    holder = await store.claim(msg.call_id, marker)
-    if holder is None:
-        # A duplicate delivery may have finished between our first look and our claim
-        # (finish() stores the record and drops the marker atomically): look again.
         stored = await store.terminal(msg.call_id)
         if stored is not None and stored.attempt >= msg.attempt:
-            await store.release(msg.call_id, marker)
+            await store.notify(stored, msg.reply_to)
             return Outcome(stored, rebuild_error(stored))
+        return await _finish_failed(store, msg, None, exc, hostname)
+
+    # C7 in one round trip: a finished call's record, or the claim, or the live holder.
+    marker = StartedMarker.now(hostname, msg.attempt)
+    stored, holder = await store.begin(msg.call_id, marker)
+    if stored is not None:
+        await store.notify(stored, msg.reply_to)
+        return Outcome(stored, rebuild_error(stored))
     while holder is not None:
         finished = await _wait_for_live_holder(store, msg, holder)
         if finished is not None:
