@@ -39,8 +39,17 @@ def _start_private_redis() -> int:
         sock.bind(("127.0.0.1", 0))
         port = int(sock.getsockname()[1])
     proc = subprocess.Popen(
-        [find_redis_server(), "--bind", "127.0.0.1", "--port", str(port), "--save", "",
-         "--appendonly", "no"],
+        [
+            find_redis_server(),
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -95,6 +104,7 @@ def redis_client(redis_db: int) -> Iterator[redis.Redis]:
 # --- worker fixtures (issue 3): real `toolfleet worker` processes on the session's Redis DB ---
 
 from tests.fleet import WorkerProcess, start_worker  # noqa: E402
+from tests.reliability_support import PrivateRedis  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -129,3 +139,36 @@ def async_worker(fleet_settings: Settings, redis_url: str) -> Iterator[WorkerPro
     worker = start_worker("async", redis_url=redis_url, env=_worker_env(fleet_settings))
     yield worker
     worker.stop()
+
+
+@pytest.fixture(scope="module")
+def lone_sync(
+    fleet_settings: Settings, redis_url: str, request: pytest.FixtureRequest
+) -> Iterator[tuple[Settings, WorkerProcess]]:
+    """A prefork worker of concurrency 1 on a queue of its own (one per test module): one
+    busy call keeps the following sync calls queued behind it."""
+    module = request.module.__name__.rsplit(".", 1)[-1]
+    queue = f"toolfleet.sync.{module}-{uuid.uuid4().hex[:8]}"
+    settings = fleet_settings.model_copy(update={"sync_queue": queue})
+    env = {**_worker_env(fleet_settings), "TOOLFLEET_SYNC_QUEUE": queue}
+    worker = start_worker("sync", redis_url=redis_url, concurrency=1, env=env)
+    yield settings, worker
+    worker.stop()
+
+
+@pytest.fixture()
+def broker() -> Iterator[PrivateRedis]:
+    """A private redis-server on a free port, which a test may stop and restart."""
+    server = PrivateRedis()
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture()
+def workers() -> Iterator[list[WorkerProcess]]:
+    """Workers a test starts itself; each is stopped by PID afterwards."""
+    started: list[WorkerProcess] = []
+    yield started
+    for worker in started:
+        worker.stop(timeout_s=5)

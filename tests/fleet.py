@@ -28,6 +28,7 @@ from workers.settings import Settings
 __all__ = [
     "REPO_ROOT",
     "WorkerProcess",
+    "call",
     "collect_replies",
     "make_call",
     "run_calls",
@@ -261,3 +262,8 @@ def run_calls(
 
 def _missing(**_: Any) -> None:
     raise AssertionError("a stand-in for a tool the worker does not know; never called")
+
+
+def call(function: str, **arguments: Any) -> dict[str, Any]:
+    """One action request envelope, as an agent's turn proposes it."""
+    return {"function": function, "arguments": arguments}

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,33 +20,10 @@ from celery.result import AsyncResult
 from dispatcher import Branch, Fleet, HookPoint
 from schemas.action import CallParams
 from schemas.messages import ActionRequest, ActionResponse
-from tests.fleet import WorkerProcess, start_worker
+from tests.fleet import WorkerProcess, call
 from tests.reliability_support import wait_until
 from workers.keys import Keys
 from workers.settings import Settings
-
-
-def call(function: str, **arguments: Any) -> dict[str, Any]:
-    return {"function": function, "arguments": arguments}
-
-
-@pytest.fixture(scope="module")
-def lone_sync(fleet_settings: Settings, redis_url: str) -> Iterator[tuple[Settings, WorkerProcess]]:
-    """A prefork worker of concurrency 1 on a queue of its own: one busy call keeps the
-    following sync calls queued."""
-    queue = f"toolfleet.sync.cancel-{uuid.uuid4().hex[:8]}"
-    settings = fleet_settings.model_copy(update={"sync_queue": queue})
-    worker = start_worker(
-        "sync",
-        redis_url=redis_url,
-        concurrency=1,
-        env={
-            "TOOLFLEET_SYNC_QUEUE": queue,
-            "TOOLFLEET_RESULT_BACKEND": fleet_settings.result_backend or "",
-        },
-    )
-    yield settings, worker
-    worker.stop()
 
 
 @pytest.mark.usefixtures("async_worker")

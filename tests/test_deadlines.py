@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -21,16 +21,12 @@ from dispatcher import Branch, Fleet
 from schemas.action import ActionResponseModel, CallParams
 from schemas.messages import ActionRequest, ActionResponse
 from schemas.status import EventStatus
-from tests.fleet import WorkerProcess, start_worker
+from tests.fleet import WorkerProcess, call
 from tests.reliability_support import wait_until
 from workers.keys import Keys
 from workers.settings import Settings
 
 T = TypeVar("T")
-
-
-def call(function: str, **arguments: Any) -> dict[str, Any]:
-    return {"function": function, "arguments": arguments}
 
 
 def run(settings: Settings, scenario: Callable[[Fleet], Awaitable[T]], timeout_s: float = 30) -> T:
@@ -56,25 +52,6 @@ def assert_one_linked_pair_per_call(branch: Branch, results: list[ActionResponse
         assert response.content.function == result.function
         assert response.content.error == result.error
     assert [e["call_id"] for e in branch.events] == [r.call_id for r in results]
-
-
-@pytest.fixture(scope="module")
-def lone_sync(fleet_settings: Settings, redis_url: str) -> Iterator[tuple[Settings, WorkerProcess]]:
-    """A prefork worker of concurrency 1 on a queue of its own, so a test can keep it busy and
-    leave a call queued behind the busy one."""
-    queue = f"toolfleet.sync.deadlines-{uuid.uuid4().hex[:8]}"
-    settings = fleet_settings.model_copy(update={"sync_queue": queue})
-    worker = start_worker(
-        "sync",
-        redis_url=redis_url,
-        concurrency=1,
-        env={
-            "TOOLFLEET_SYNC_QUEUE": queue,
-            "TOOLFLEET_RESULT_BACKEND": fleet_settings.result_backend or "",
-        },
-    )
-    yield settings, worker
-    worker.stop()
 
 
 @pytest.mark.usefixtures("async_worker")

@@ -32,7 +32,7 @@ from schemas.action import ActionResponseModel, ToolInvocation
 from schemas.errors import MalformedRequestError, UnknownToolError
 from schemas.messages import ActionRequest, ActionResponse
 from schemas.status import EventStatus
-from tests.fleet import REPO_ROOT, WorkerProcess
+from tests.fleet import REPO_ROOT, WorkerProcess, call
 from workers.keys import Keys
 from workers.settings import Settings
 
@@ -53,10 +53,6 @@ def run(settings: Settings, scenario: Callable[[Fleet], Awaitable[T]], timeout_s
             await fleet.aclose()
 
     return asyncio.run(main())
-
-
-def call(function: str, **arguments: Any) -> dict[str, Any]:
-    return {"function": function, "arguments": arguments}
 
 
 class Recorder:

@@ -12,7 +12,6 @@ import asyncio
 import json
 import time
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
@@ -24,22 +23,10 @@ from schemas.action import ActionResponseModel, CallParams
 from schemas.errors import BrokerError
 from schemas.messages import ActionRequest, ActionResponse
 from schemas.status import EventStatus
-from tests.fleet import WorkerProcess, start_worker
+from tests.fleet import WorkerProcess, call, start_worker
 from tests.reliability_support import PrivateRedis, free_port
 from workers.keys import Keys
 from workers.settings import Settings
-
-
-def call(function: str, **arguments: Any) -> dict[str, Any]:
-    return {"function": function, "arguments": arguments}
-
-
-@pytest.fixture()
-def broker() -> Iterator[PrivateRedis]:
-    server = PrivateRedis()
-    server.start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture()

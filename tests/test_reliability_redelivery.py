@@ -12,11 +12,9 @@ import json
 import os
 import signal
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 from kombu import Connection, Exchange, Producer
 
 from dispatcher import Branch, Fleet
@@ -24,7 +22,7 @@ from schemas.action import ActionResponseModel
 from schemas.messages import ActionRequest, ActionResponse
 from schemas.status import EventStatus
 from schemas.wire import CallMessage, CallResult
-from tests.fleet import WorkerProcess, start_worker
+from tests.fleet import WorkerProcess, call, start_worker
 from tests.reliability_support import PrivateRedis, wait_until
 from workers.app import EXECUTE_TASK, create_app
 from workers.keys import Keys
@@ -32,26 +30,6 @@ from workers.settings import Settings
 
 TOOLS = ("tests.sample_tools", "tests.reliability_tools")
 ENV = {"TOOLFLEET_VISIBILITY_TIMEOUT_S": "2"}
-
-
-def call(function: str, **arguments: Any) -> dict[str, Any]:
-    return {"function": function, "arguments": arguments}
-
-
-@pytest.fixture()
-def broker() -> Iterator[PrivateRedis]:
-    server = PrivateRedis()
-    server.start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture()
-def workers() -> Iterator[list[WorkerProcess]]:
-    started: list[WorkerProcess] = []
-    yield started
-    for worker in started:
-        worker.stop(timeout_s=5)
 
 
 def assert_one_response(branch: Branch, result: ActionResponseModel, broker: PrivateRedis) -> None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,7 @@ from dispatcher import Branch, Fleet
 from schemas.action import ActionResponseModel, CallParams
 from schemas.messages import ActionResponse
 from schemas.status import EventStatus
-from tests.fleet import WorkerProcess, start_worker
+from tests.fleet import WorkerProcess, call, start_worker
 from tests.reliability_support import PrivateRedis, kill_pid
 from workers.settings import Settings
 
@@ -36,31 +35,11 @@ ENV = {"TOOLFLEET_VISIBILITY_TIMEOUT_S": "2"}
 DEADLINE_S = 40.0
 
 
-def call(function: str, **arguments: Any) -> dict[str, Any]:
-    return {"function": function, "arguments": arguments}
-
-
 def runs(path: Path) -> list[int]:
     """The PIDs of the processes that ran the tool writing ``path``, one per run."""
     if not path.exists():
         return []
     return [int(line.split()[1]) for line in path.read_text().splitlines()]
-
-
-@pytest.fixture()
-def broker() -> Iterator[PrivateRedis]:
-    server = PrivateRedis()
-    server.start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture()
-def workers() -> Iterator[list[WorkerProcess]]:
-    started: list[WorkerProcess] = []
-    yield started
-    for worker in started:
-        worker.stop(timeout_s=5)
 
 
 async def until(predicate: Any, task: asyncio.Future[Any], what: str, timeout_s: float) -> None:

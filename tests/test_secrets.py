@@ -24,7 +24,7 @@ import tests.reliability_tools  # noqa: F401  (the dispatcher validates `search`
 from dispatcher import Branch, Fleet
 from schemas.action import ActionResponseModel, CallParams
 from schemas.status import EventStatus
-from tests.fleet import WorkerProcess
+from tests.fleet import WorkerProcess, call
 from tests.reliability_support import wait_until
 from tests.test_flower_cli import FlowerProcess, http_get, start_flower, stop_flower
 from workers.keys import Keys
@@ -32,10 +32,6 @@ from workers.settings import Settings
 
 MARKER = f"sk-marker-{uuid.uuid4().hex}"
 TOOLS = ("tests.sample_tools", "tests.reliability_tools")
-
-
-def call(function: str, **arguments: Any) -> dict[str, Any]:
-    return {"function": function, "arguments": arguments}
 
 
 def leaks(blob: bytes | str) -> bool:
