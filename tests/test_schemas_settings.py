@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 
 from schemas import ConfigurationError
@@ -65,3 +67,21 @@ def test_settings_are_frozen() -> None:
     settings = Settings.from_env({})
     with pytest.raises(ValueError):
         settings.key_prefix = "other"  # type: ignore[misc]
+
+
+def test_a_misspelled_variable_is_named_with_the_setting_it_resembles() -> None:
+    with pytest.warns(UserWarning, match="TOOLFLEET_MAX_INFLIGHT .*TOOLFLEET_MAX_IN_FLIGHT"):
+        settings = Settings.from_env({"TOOLFLEET_MAX_INFLIGHT": "3"})
+    assert settings.max_in_flight == Settings().max_in_flight  # ignored, as the warning says
+
+
+def test_known_and_non_setting_variables_raise_no_warning() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        Settings.from_env(
+            {
+                "TOOLFLEET_MAX_IN_FLIGHT": "3",
+                "TOOLFLEET_IMAGE": "toolfleet:1",
+                "TOOLFLEET_TEST_REDIS_PORT": "6379",
+            }
+        )

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import difflib
 import os
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -47,6 +49,7 @@ class Settings(BaseModel):
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         """Read ``TOOLFLEET_*`` variables; ``overrides`` win over the environment."""
         env = os.environ if environ is None else environ
+        _warn_unknown(env, {ENV_PREFIX + name.upper() for name in cls.model_fields})
         values: dict[str, Any] = {}
         for name in cls.model_fields:
             raw = env.get(ENV_PREFIX + name.upper())
@@ -71,3 +74,17 @@ class Settings(BaseModel):
 
 def _split_list(raw: str) -> tuple[str, ...]:
     return tuple(p.strip() for p in raw.split(",") if p.strip())
+
+
+# TOOLFLEET_* names that are not settings: the compose file's image tag, the tests' own.
+_NOT_SETTINGS = ("TOOLFLEET_IMAGE", "TOOLFLEET_TEST_")
+
+
+def _warn_unknown(env: Mapping[str, str], known: set[str]) -> None:
+    """A misspelled variable would otherwise be ignored in silence; name it and the fix."""
+    for var in sorted(env):
+        if not var.startswith(ENV_PREFIX) or var in known or var.startswith(_NOT_SETTINGS):
+            continue
+        close = difflib.get_close_matches(var, sorted(known), n=1)
+        hint = f"did you mean {close[0]}?" if close else f"the settings are {sorted(known)}"
+        warnings.warn(f"{var} is not a toolfleet setting and is ignored; {hint}", stacklevel=3)
