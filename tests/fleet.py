@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -9,7 +10,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -17,6 +18,9 @@ from typing import Any, TypeVar
 import redis
 from celery import Celery
 
+from dispatcher import Branch, Fleet
+from schemas.action import ActionResponseModel
+from schemas.messages import ActionRequest, ActionResponse
 from schemas.tool import Tool
 from schemas.wire import CallMessage, CallResult
 from workers.app import create_app
@@ -28,9 +32,11 @@ from workers.settings import Settings
 __all__ = [
     "REPO_ROOT",
     "WorkerProcess",
+    "assert_linked_pairs",
     "call",
     "collect_replies",
     "make_call",
+    "run",
     "run_calls",
     "start_worker",
     "wait_for",
@@ -267,3 +273,30 @@ def _missing(**_: Any) -> None:
 def call(function: str, **arguments: Any) -> dict[str, Any]:
     """One action request envelope, as an agent's turn proposes it."""
     return {"function": function, "arguments": arguments}
+
+
+def run(settings: Settings, scenario: Callable[[Fleet], Awaitable[T]], timeout_s: float = 60) -> T:
+    """Run ``scenario(fleet)`` on a fresh event loop with a fleet closed afterwards; the
+    timeout only catches a hang (tests assert their own, tighter times)."""
+
+    async def main() -> T:
+        fleet = Fleet(settings)
+        try:
+            return await asyncio.wait_for(scenario(fleet), timeout_s)
+        finally:
+            await fleet.aclose()
+
+    return asyncio.run(main())
+
+
+def assert_linked_pairs(branch: Branch, results: Sequence[ActionResponseModel]) -> None:
+    """History holds, per result and in input order, a request and its linked response,
+    whose error is the result's."""
+    messages = branch.messages
+    assert len(messages) == 2 * len(results)
+    for i, result in enumerate(results):
+        request, response = messages[2 * i], messages[2 * i + 1]
+        assert isinstance(request, ActionRequest) and isinstance(response, ActionResponse)
+        assert request.content.action_response_id == response.id
+        assert response.content.action_request_id == request.id
+        assert response.content.error == result.error

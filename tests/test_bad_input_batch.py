@@ -23,8 +23,8 @@ from pydantic import BaseModel
 
 import tests.reliability_tools  # noqa: F401  (the dispatcher validates against its tools)
 from dispatcher import Branch, Fleet
-from schemas.messages import ActionRequest, ActionResponse
 from schemas.status import EventStatus
+from tests.fleet import assert_linked_pairs
 from workers.registry import registry
 from workers.settings import Settings
 
@@ -173,14 +173,9 @@ def test_each_bad_call_fails_alone_with_its_own_error_and_the_batch_completes(
         assert result.error.startswith(f"{want.error_type}: "), (want, result.error)
         assert want.mentions in result.error, (want, result.error)
     # History: a linked pair per call, in input order; nothing leaks the secret.
+    assert len(results) == len(requests)
+    assert_linked_pairs(branch, results)
     messages = branch.messages
-    assert len(messages) == 2 * len(requests)
-    for i, result in enumerate(results):
-        request, response = messages[2 * i], messages[2 * i + 1]
-        assert isinstance(request, ActionRequest) and isinstance(response, ActionResponse)
-        assert response.content.action_request_id == request.id
-        assert request.content.action_response_id == response.id
-        assert response.content.error == result.error
     assert len(branch.events) == len(requests)
     recorded = json.dumps([m.model_dump(mode="json") for m in messages]) + json.dumps(
         branch.events, default=str

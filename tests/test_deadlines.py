@@ -6,10 +6,8 @@ ToolTimeoutError response, and it is revoked: a queued straggler never runs.
 
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -19,9 +17,8 @@ from celery.result import AsyncResult
 
 from dispatcher import Branch, Fleet
 from schemas.action import ActionResponseModel, CallParams
-from schemas.messages import ActionRequest, ActionResponse
 from schemas.status import EventStatus
-from tests.fleet import WorkerProcess, call
+from tests.fleet import WorkerProcess, assert_linked_pairs, call, run
 from tests.reliability_support import wait_until
 from workers.keys import Keys
 from workers.settings import Settings
@@ -29,28 +26,10 @@ from workers.settings import Settings
 T = TypeVar("T")
 
 
-def run(settings: Settings, scenario: Callable[[Fleet], Awaitable[T]], timeout_s: float = 30) -> T:
-    async def main() -> T:
-        fleet = Fleet(settings)
-        try:
-            # The outer bound only catches a hang; each test asserts a much tighter time.
-            return await asyncio.wait_for(scenario(fleet), timeout_s)
-        finally:
-            await fleet.aclose()
-
-    return asyncio.run(main())
-
-
 def assert_one_linked_pair_per_call(branch: Branch, results: list[ActionResponseModel]) -> None:
-    messages = branch.messages
-    assert len(messages) == 2 * len(results)
-    for i, result in enumerate(results):
-        request, response = messages[2 * i], messages[2 * i + 1]
-        assert isinstance(request, ActionRequest) and isinstance(response, ActionResponse)
-        assert request.content.action_response_id == response.id
-        assert response.content.action_request_id == request.id
-        assert response.content.function == result.function
-        assert response.content.error == result.error
+    assert_linked_pairs(branch, results)
+    responses = branch.messages[1::2]
+    assert [m.content.function for m in responses] == [r.function for r in results]
     assert [e["call_id"] for e in branch.events] == [r.call_id for r in results]
 
 
@@ -79,7 +58,7 @@ def test_batch_deadline_returns_finished_results_and_fails_and_revokes_straggler
         results = await branch.act(requests, call_params=CallParams(deadline_s=deadline_s))
         return branch, results, time.monotonic() - started
 
-    branch, results, elapsed_s = run(settings, scenario)
+    branch, results, elapsed_s = run(settings, scenario, timeout_s=30)
 
     # Returned at the deadline, not after the 30 s straggler (settling takes a moment).
     assert deadline_s <= elapsed_s < deadline_s + 4, elapsed_s
@@ -141,7 +120,7 @@ def test_per_call_timeout_fails_slow_calls_alone_with_a_tool_timeout(
         results = await Branch(fleet=fleet).act(requests, call_params=CallParams(timeout_s=0.5))
         return results, time.monotonic() - started
 
-    results, elapsed_s = run(fleet_settings, scenario)
+    results, elapsed_s = run(fleet_settings, scenario, timeout_s=30)
 
     assert elapsed_s < 6, elapsed_s
     assert [r.status for r in results] == [
@@ -173,7 +152,7 @@ def test_a_call_no_worker_takes_fails_at_its_timeout_and_is_revoked(
         )
         return results, time.monotonic() - started
 
-    results, elapsed_s = run(settings, scenario)
+    results, elapsed_s = run(settings, scenario, timeout_s=30)
 
     assert elapsed_s < 5, elapsed_s
     (result,) = results
@@ -205,7 +184,7 @@ def test_sequential_batch_past_its_deadline_never_enqueues_the_rest(
         )
         return branch, results, time.monotonic() - started
 
-    branch, results, elapsed_s = run(fleet_settings, scenario)
+    branch, results, elapsed_s = run(fleet_settings, scenario, timeout_s=30)
 
     assert elapsed_s < 5, elapsed_s
     assert [r.status for r in results] == [

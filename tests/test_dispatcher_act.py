@@ -10,7 +10,6 @@ import asyncio
 import json
 import subprocess
 import sys
-from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -32,7 +31,7 @@ from schemas.action import ActionResponseModel, ToolInvocation
 from schemas.errors import MalformedRequestError, UnknownToolError
 from schemas.messages import ActionRequest, ActionResponse
 from schemas.status import EventStatus
-from tests.fleet import REPO_ROOT, WorkerProcess, call
+from tests.fleet import REPO_ROOT, WorkerProcess, assert_linked_pairs, call, run
 from workers.keys import Keys
 from workers.settings import Settings
 
@@ -40,19 +39,6 @@ pytestmark = pytest.mark.usefixtures("sync_worker", "async_worker")
 
 T = TypeVar("T")
 DENIED = {"error": "denied by governance gate"}
-
-
-def run(settings: Settings, scenario: Callable[[Fleet], Awaitable[T]], timeout_s: float = 60) -> T:
-    """Run ``scenario(fleet)`` on a fresh event loop with a fleet closed afterwards."""
-
-    async def main() -> T:
-        fleet = Fleet(settings)
-        try:
-            return await asyncio.wait_for(scenario(fleet), timeout_s)
-        finally:
-            await fleet.aclose()
-
-    return asyncio.run(main())
 
 
 class Recorder:
@@ -69,17 +55,13 @@ class Recorder:
 
 def assert_linked_history(branch: Branch, results: list[ActionResponseModel]) -> None:
     """Request, then its linked response, per call, in input order; one pair per result."""
+    assert_linked_pairs(branch, results)
     messages = branch.messages
-    assert len(messages) == 2 * len(results)
     for i, result in enumerate(results):
         request, response = messages[2 * i], messages[2 * i + 1]
-        assert isinstance(request, ActionRequest)
-        assert isinstance(response, ActionResponse)
-        assert request.content.action_response_id == response.id
-        assert response.content.action_request_id == request.id
+        assert isinstance(request, ActionRequest) and isinstance(response, ActionResponse)
         assert request.function == result.function
         assert response.content.output == result.output
-        assert response.content.error == result.error
         assert response.success is (result.error is None)
 
 

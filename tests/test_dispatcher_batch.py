@@ -17,8 +17,8 @@ from schemas.action import ActionResponseModel, CallParams
 from schemas.errors import UnknownToolError
 from schemas.messages import ActionRequest
 from schemas.status import EventStatus
-from tests.fleet import start_worker
-from tests.test_dispatcher_act import assert_linked_history, call, finished_at, run
+from tests.fleet import call, run, start_worker
+from tests.test_dispatcher_act import assert_linked_history, finished_at
 from workers.settings import Settings
 
 pytestmark = pytest.mark.usefixtures("sync_worker", "async_worker")

@@ -21,9 +21,8 @@ from dispatcher.broker_watch import OUTAGE_LIMIT_S, BrokerWatch
 from dispatcher.collector import Collector
 from schemas.action import ActionResponseModel, CallParams
 from schemas.errors import BrokerError
-from schemas.messages import ActionRequest, ActionResponse
 from schemas.status import EventStatus
-from tests.fleet import WorkerProcess, call, start_worker
+from tests.fleet import WorkerProcess, assert_linked_pairs, call, start_worker
 from tests.reliability_support import PrivateRedis, free_port
 from workers.keys import Keys
 from workers.settings import Settings
@@ -111,14 +110,7 @@ def test_a_broker_restart_mid_batch_ends_every_call_within_the_deadline(
     print(f"broker restart mid-batch: {outcomes}")
 
     # Every call: its event record and its linked request/response pair, in input order.
-    messages = branch.messages
-    assert len(messages) == 2 * len(results)
-    for i, result in enumerate(results):
-        request, response = messages[2 * i], messages[2 * i + 1]
-        assert isinstance(request, ActionRequest) and isinstance(response, ActionResponse)
-        assert request.content.action_response_id == response.id
-        assert response.content.action_request_id == request.id
-        assert response.content.error == result.error
+    assert_linked_pairs(branch, results)
     assert [e["call_id"] for e in branch.events] == [r.call_id for r in results]
     for event, result in zip(branch.events, results, strict=True):
         assert event["execution"]["status"] == result.status.value

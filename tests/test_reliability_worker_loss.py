@@ -21,9 +21,8 @@ import pytest
 
 from dispatcher import Branch, Fleet
 from schemas.action import ActionResponseModel, CallParams
-from schemas.messages import ActionResponse
 from schemas.status import EventStatus
-from tests.fleet import WorkerProcess, call, start_worker
+from tests.fleet import WorkerProcess, assert_linked_pairs, call, start_worker
 from tests.reliability_support import PrivateRedis, kill_pid
 from workers.settings import Settings
 
@@ -51,14 +50,8 @@ async def until(predicate: Any, task: asyncio.Future[Any], what: str, timeout_s:
 
 
 def assert_every_call_answered(branch: Branch, results: list[ActionResponseModel]) -> None:
-    messages = branch.messages
-    assert len(messages) == 2 * len(results)
-    for i, result in enumerate(results):
-        response = messages[2 * i + 1]
-        assert isinstance(response, ActionResponse)
-        assert response.content.action_request_id == messages[2 * i].id
-        assert response.content.error == result.error
-        assert result.status.is_terminal
+    assert_linked_pairs(branch, results)
+    assert all(result.status.is_terminal for result in results)
 
 
 def test_a_killed_prefork_child_fails_its_running_call_and_reruns_only_what_is_safe(
