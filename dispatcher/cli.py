@@ -26,6 +26,7 @@ _COMMAND_MODULES = (
     "workers.worker_cli",
     "dispatcher.flower_cli",
     "dispatcher.admin_cli",
+    "dispatcher.tools_cli",
 )
 
 

@@ -56,6 +56,23 @@ class Registry:
     def names(self) -> list[str]:
         return sorted(self._tools)
 
+    def specs(
+        self, format: str = "openai", *, names: Iterable[str] | None = None
+    ) -> list[dict[str, Any]]:
+        """The tools' definitions for a model, sorted by name (or in the order of ``names``).
+
+        ``format``: ``openai`` (Chat Completions ``tools``), ``openai-responses``,
+        ``anthropic`` (``tools`` of the Messages API) or ``mcp`` (``tools/list`` entries).
+        """
+        from workers.specs import tool_specs  # pydantic schema code, only when asked
+
+        chosen = (
+            [self.get(n) for n in names]
+            if names is not None
+            else [self._tools[n] for n in self.names()]
+        )
+        return tool_specs(chosen, format)
+
     def __contains__(self, name: object) -> bool:
         return name in self._tools
 
