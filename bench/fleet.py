@@ -51,7 +51,7 @@ class FleetClient:
 
     def __init__(self, broker_url: str, *, batched: bool = False) -> None:
         from dispatcher.fleet import Fleet
-        from workers.settings import Settings
+        from schemas.settings import Settings
 
         settings = Settings(broker_url=broker_url, tools=(TOOL_MODULE,))
         self.batched = batched

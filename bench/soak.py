@@ -50,8 +50,8 @@ async def _soak(
     from dispatcher.branch import Branch
     from dispatcher.fleet import Fleet
     from schemas.action import CallParams
+    from schemas.settings import Settings
     from schemas.status import EventStatus
-    from workers.settings import Settings
 
     settings = Settings(broker_url=broker_url, tools=(TOOL_MODULE,))
     fleet = _batching_fleet(settings) if batched else Fleet(settings)

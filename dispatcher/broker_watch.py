@@ -23,7 +23,7 @@ from redis.exceptions import RedisError
 from dispatcher.collector import Collector
 from dispatcher.stopping import cancel_and_wait
 from schemas.errors import BrokerError
-from workers.keys import Keys
+from schemas.keys import Keys
 
 __all__ = ["CHECK_INTERVAL_S", "OUTAGE_LIMIT_S", "RESTART_GRACE_S", "BrokerWatch"]
 

@@ -159,7 +159,7 @@ async def _store(fleet: Fleet, results: dict[str, CallResult]) -> dict[str, Call
 
 
 async def _revoke(fleet: Fleet, calls: Sequence[tuple[CallMessage, Tool | None]]) -> None:
-    from workers.publish import cancel_running, revoke_calls, task_id_for
+    from dispatcher.enqueue import cancel_running, revoke_calls, task_id_for
 
     task_ids = [task_id_for(message) for message, _ in calls]
     running_async = [m.call_id for m, tool in calls if tool is not None and tool.kind == "async"]

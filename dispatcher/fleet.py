@@ -15,13 +15,13 @@ from celery import Celery
 from dispatcher.broker_watch import BrokerWatch
 from dispatcher.collector import Collector
 from schemas.errors import BrokerError
+from schemas.keys import Keys
+from schemas.settings import Settings
 from schemas.tool import Tool
 from schemas.wire import CallMessage, CallResult
 from workers.app import create_app, redis_url_of
-from workers.keys import Keys
 from workers.registry import Registry
 from workers.registry import registry as default_registry
-from workers.settings import Settings
 
 __all__ = ["Fleet", "default_fleet"]
 
@@ -110,8 +110,8 @@ class Fleet:
         With ``batch_size``, up to that many calls share one ``toolfleet.execute_many``
         message (CallParams.batch_size); otherwise each call is its own task.
         """
+        from dispatcher.enqueue import publish_calls
         from workers.batch import publish_batched
-        from workers.publish import publish_calls
 
         if not calls:
             return

@@ -19,6 +19,7 @@ from redis.exceptions import RedisError
 
 from dispatcher.context import new_call_id
 from schemas.action import ActionResponseModel
+from schemas.keys import Keys
 from schemas.messages import (
     ActionRequest,
     ActionRequestContent,
@@ -26,7 +27,6 @@ from schemas.messages import (
     ActionResponseContent,
     Message,
 )
-from workers.keys import Keys
 
 __all__ = ["BranchHistory", "Unit", "link_pair", "load_records"]
 

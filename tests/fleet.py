@@ -19,15 +19,15 @@ import redis
 from celery import Celery
 
 from dispatcher import Branch, Fleet
+from dispatcher.enqueue import publish_calls
 from schemas.action import ActionResponseModel
 from schemas.messages import ActionRequest, ActionResponse
+from schemas.settings import Settings
 from schemas.tool import Tool
 from schemas.wire import CallMessage, CallResult
 from workers.app import create_app
-from workers.publish import publish_calls
 from workers.registry import Registry
 from workers.registry import registry as default_registry
-from workers.settings import Settings
 
 __all__ = [
     "REPO_ROOT",

@@ -23,10 +23,10 @@ from pydantic import BaseModel
 
 import tests.reliability_tools  # noqa: F401  (the dispatcher validates against its tools)
 from dispatcher import Branch, Fleet
+from schemas.settings import Settings
 from schemas.status import EventStatus
 from tests.fleet import assert_linked_pairs
 from workers.registry import registry
-from workers.settings import Settings
 
 pytestmark = pytest.mark.usefixtures("sync_worker")
 

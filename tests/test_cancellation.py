@@ -19,11 +19,11 @@ from celery.result import AsyncResult
 
 from dispatcher import Branch, Fleet, HookPoint
 from schemas.action import CallParams
+from schemas.keys import Keys
 from schemas.messages import ActionRequest, ActionResponse
+from schemas.settings import Settings
 from tests.fleet import WorkerProcess, call
 from tests.reliability_support import wait_until
-from workers.keys import Keys
-from workers.settings import Settings
 
 
 @pytest.mark.usefixtures("async_worker")

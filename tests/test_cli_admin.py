@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.admin_cli import mask_url
+from dispatcher.cli.admin import mask_url
 from tests.cli_support import toolfleet
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from dispatcher.batch_file import parse_batch
+from dispatcher.cli.batch_file import parse_batch
 from tests.cli_support import (
     REPO_ROOT,
     batch_text,

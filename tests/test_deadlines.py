@@ -17,11 +17,11 @@ from celery.result import AsyncResult
 
 from dispatcher import Branch, Fleet
 from schemas.action import ActionResponseModel, CallParams
+from schemas.keys import Keys
+from schemas.settings import Settings
 from schemas.status import EventStatus
 from tests.fleet import WorkerProcess, assert_linked_pairs, call, run
 from tests.reliability_support import wait_until
-from workers.keys import Keys
-from workers.settings import Settings
 
 T = TypeVar("T")
 

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from dispatcher.cli import build_parser
-from workers.settings import ENV_PREFIX, Settings
+from schemas.settings import ENV_PREFIX, Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE_FILE = ROOT / "docker-compose.yml"

@@ -29,11 +29,11 @@ from dispatcher import (
 )
 from schemas.action import ActionResponseModel, ToolInvocation
 from schemas.errors import MalformedRequestError, UnknownToolError
+from schemas.keys import Keys
 from schemas.messages import ActionRequest, ActionResponse
+from schemas.settings import Settings
 from schemas.status import EventStatus
 from tests.fleet import REPO_ROOT, WorkerProcess, assert_linked_pairs, call, run
-from workers.keys import Keys
-from workers.settings import Settings
 
 pytestmark = pytest.mark.usefixtures("sync_worker", "async_worker")
 

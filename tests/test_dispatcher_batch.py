@@ -16,10 +16,10 @@ from dispatcher import Branch, ConfigurationError, Fleet, HookPoint
 from schemas.action import ActionResponseModel, CallParams
 from schemas.errors import UnknownToolError
 from schemas.messages import ActionRequest
+from schemas.settings import Settings
 from schemas.status import EventStatus
 from tests.fleet import call, run, start_worker
 from tests.test_dispatcher_act import assert_linked_history, finished_at
-from workers.settings import Settings
 
 pytestmark = pytest.mark.usefixtures("sync_worker", "async_worker")
 

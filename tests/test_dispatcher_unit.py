@@ -24,10 +24,10 @@ from schemas.errors import (
     NotJSONError,
     OversizedArgumentsError,
 )
+from schemas.keys import Keys
 from schemas.messages import ActionRequest, ActionRequestContent
 from schemas.tool import Tool
 from schemas.wire import CallResult
-from workers.keys import Keys
 
 
 class Proposal(BaseModel):

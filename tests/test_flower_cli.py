@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 from celery.events.state import State
 
-from dispatcher import flower_cli
 from dispatcher.cli import EXIT_USAGE
-from dispatcher.flower_cli import STATE_FILE_NAME, flower_argv
+from dispatcher.cli import flower as flower_cli
+from dispatcher.cli.flower import STATE_FILE_NAME, flower_argv
 from schemas.errors import ConfigurationError
 
 _START_DEADLINE_S = 30.0

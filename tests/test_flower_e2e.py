@@ -18,12 +18,12 @@ from typing import Any
 import pytest
 
 from dispatcher import Branch, Fleet, HookPoint
-from dispatcher.flower_cli import STATE_FILE_NAME
+from dispatcher.cli.flower import STATE_FILE_NAME
 from schemas.action import ActionResponseModel
+from schemas.settings import Settings
 from schemas.status import EventStatus
 from tests.fleet import WorkerProcess, wait_for
 from tests.test_flower_cli import FlowerProcess, http_get, start_flower, stop_flower
-from workers.settings import Settings
 
 pytestmark = pytest.mark.usefixtures("sync_worker", "async_worker")
 

@@ -21,11 +21,11 @@ from dispatcher.broker_watch import OUTAGE_LIMIT_S, BrokerWatch
 from dispatcher.collector import Collector
 from schemas.action import ActionResponseModel, CallParams
 from schemas.errors import BrokerError
+from schemas.keys import Keys
+from schemas.settings import Settings
 from schemas.status import EventStatus
 from tests.fleet import WorkerProcess, assert_linked_pairs, call, start_worker
 from tests.reliability_support import PrivateRedis, free_port
-from workers.keys import Keys
-from workers.settings import Settings
 
 
 @pytest.fixture()

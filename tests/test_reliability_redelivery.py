@@ -19,14 +19,14 @@ from kombu import Connection, Exchange, Producer
 
 from dispatcher import Branch, Fleet
 from schemas.action import ActionResponseModel
+from schemas.keys import Keys
 from schemas.messages import ActionRequest, ActionResponse
+from schemas.settings import Settings
 from schemas.status import EventStatus
 from schemas.wire import CallMessage, CallResult
 from tests.fleet import WorkerProcess, call, start_worker
 from tests.reliability_support import PrivateRedis, wait_until
 from workers.app import EXECUTE_TASK, create_app
-from workers.keys import Keys
-from workers.settings import Settings
 
 TOOLS = ("tests.sample_tools", "tests.reliability_tools")
 ENV = {"TOOLFLEET_VISIBILITY_TIMEOUT_S": "2"}

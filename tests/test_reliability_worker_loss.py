@@ -21,10 +21,10 @@ import pytest
 
 from dispatcher import Branch, Fleet
 from schemas.action import ActionResponseModel, CallParams
+from schemas.settings import Settings
 from schemas.status import EventStatus
 from tests.fleet import WorkerProcess, assert_linked_pairs, call, start_worker
 from tests.reliability_support import PrivateRedis, kill_pid
-from workers.settings import Settings
 
 pytestmark = pytest.mark.slow
 

@@ -7,7 +7,7 @@ import warnings
 import pytest
 
 from schemas import ConfigurationError
-from workers.settings import Settings
+from schemas.settings import Settings
 
 
 def test_defaults_with_empty_environment() -> None:

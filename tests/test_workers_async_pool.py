@@ -10,6 +10,9 @@ import redis
 from celery import Celery
 
 import tests.sample_tools  # noqa: F401  (registers the tools the workers run)
+from dispatcher.enqueue import cancel_running, publish_calls
+from schemas.keys import Keys
+from schemas.settings import Settings
 from schemas.status import EventStatus
 from tests.fleet import (
     WorkerProcess,
@@ -20,10 +23,7 @@ from tests.fleet import (
     wait_for,
 )
 from workers.app import create_app
-from workers.keys import Keys
-from workers.publish import cancel_running, publish_calls
 from workers.registry import registry
-from workers.settings import Settings
 
 
 def test_500_async_sleeps_overlap_on_one_loop_thread(

@@ -13,12 +13,12 @@ from celery import Celery
 
 import tests.sample_tools  # noqa: F401  (registers the tools the workers run)
 from schemas.errors import ConfigurationError
+from schemas.keys import Keys
 from schemas.status import EventStatus
 from schemas.tool import Tool
 from schemas.wire import CallMessage, CallResult
 from tests.fleet import WorkerProcess, collect_replies, make_call, wait_for
 from workers.batch import EXECUTE_MANY_TASK, publish_batched
-from workers.keys import Keys
 from workers.registry import registry
 
 

@@ -12,6 +12,9 @@ from pathlib import Path
 import redis
 
 import tests.sample_tools  # noqa: F401  (registers the tools the workers run)
+from dispatcher.enqueue import publish_calls
+from schemas.keys import Keys
+from schemas.settings import Settings
 from schemas.status import EventStatus
 from tests.fleet import (
     REPO_ROOT,
@@ -22,10 +25,7 @@ from tests.fleet import (
     wait_for,
 )
 from workers.app import create_app
-from workers.keys import Keys
-from workers.publish import publish_calls
 from workers.registry import registry
-from workers.settings import Settings
 
 
 def _toolfleet(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:

@@ -12,10 +12,10 @@ from celery import Celery
 from celery.events.state import State
 
 import tests.sample_tools  # noqa: F401  (registers the tools the workers run)
+from dispatcher.enqueue import cancel_running, publish_calls
+from schemas.keys import Keys
 from schemas.status import EventStatus
 from tests.fleet import WorkerProcess, collect_replies, make_call, run_calls, wait_for
-from workers.keys import Keys
-from workers.publish import cancel_running, publish_calls
 from workers.registry import registry
 
 

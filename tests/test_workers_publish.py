@@ -6,12 +6,12 @@ import time
 
 import pytest
 
+from dispatcher.enqueue import publish_calls
 from schemas.errors import BrokerError
+from schemas.settings import Settings
 from schemas.wire import CallMessage
 from workers.app import create_app
-from workers.publish import publish_calls
 from workers.registry import Registry, tool
-from workers.settings import Settings
 
 
 def test_publish_to_an_unreachable_broker_is_a_broker_error_with_the_password_masked() -> None:

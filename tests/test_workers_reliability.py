@@ -13,14 +13,14 @@ from celery import Celery
 from kombu import Connection, Exchange, Producer
 
 import tests.sample_tools  # noqa: F401  (registers the tools the workers run)
+from dispatcher.enqueue import publish_calls
+from schemas.keys import Keys
+from schemas.settings import Settings
 from schemas.status import EventStatus
 from schemas.wire import CallResult
 from tests.fleet import WorkerProcess, collect_replies, make_call, start_worker, wait_for
 from workers.app import EXECUTE_TASK, create_app, settings_of
-from workers.keys import Keys
-from workers.publish import publish_calls
 from workers.registry import registry
-from workers.settings import Settings
 from workers.store import HEARTBEAT_STALE_S, AsyncRecordStore, StartedMarker
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from workers.keys import Keys
+from schemas.keys import Keys
+from schemas.settings import ENV_PREFIX, Settings
 from workers.registry import Registry, registry, tool
-from workers.settings import ENV_PREFIX, Settings
 
 __all__ = ["ENV_PREFIX", "Keys", "Registry", "Settings", "create_app", "registry", "tool"]
 

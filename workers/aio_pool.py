@@ -29,8 +29,8 @@ from celery.worker import state as worker_state
 from kombu.serialization import loads as loads_message
 from kombu.serialization import prepare_accept_content
 
+from schemas.keys import Keys
 from schemas.status import EventStatus
-from workers.keys import Keys
 from workers.task import Outcome, WorkerRuntime, execute_async, record_if_absent, runtime_for
 
 __all__ = ["AsyncioPool", "CallHandle"]

@@ -14,8 +14,8 @@ from celery import Celery, signals
 from celery.app.amqp import AMQP
 from kombu import Exchange, Queue
 
+from schemas.settings import Settings
 from workers.registry import Registry, registry
-from workers.settings import Settings
 
 __all__ = [
     "DEFAULT_BROKER_URL",

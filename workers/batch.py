@@ -302,7 +302,7 @@ class _BatchStore:
 
 
 def _task_id(msg: CallMessage) -> str:
-    from workers.publish import task_id_for
+    from dispatcher.enqueue import task_id_for
 
     return task_id_for(msg)
 

@@ -17,8 +17,8 @@ from typing import Any
 import redis
 import redis.asyncio as aioredis
 
+from schemas.keys import Keys
 from schemas.wire import CallResult
-from workers.keys import Keys
 
 __all__ = [
     "ASYNC_CONNECTION_WAIT_S",

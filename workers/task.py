@@ -33,12 +33,12 @@ from schemas.errors import (
 )
 from schemas.execution import Execution
 from schemas.function_calling import REDACTED, FunctionCalling, redact
+from schemas.keys import Keys
 from schemas.serialize import to_jsonable
 from schemas.status import EventStatus
 from schemas.tool import Tool
 from schemas.wire import CallMessage, CallResult
 from workers.app import EXECUTE_TASK, redis_url_of, registry_of, settings_of
-from workers.keys import Keys
 from workers.registry import Registry
 from workers.store import AsyncRecordStore, Heartbeat, StartedMarker, SyncRecordStore
 
@@ -465,7 +465,7 @@ def _parse(message: dict[str, Any] | CallMessage) -> CallMessage:
         raise MalformedRequestError(
             f"toolfleet.execute got a message that is not a CallMessage "
             f"({exc.error_count()} problems, first: {exc.errors()[0]['msg']}); publish calls "
-            f"with workers.publish.publish_calls"
+            f"with dispatcher.enqueue.publish_calls"
         ) from None
 
 

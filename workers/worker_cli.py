@@ -7,7 +7,7 @@ import os
 import sys
 from typing import Any
 
-from workers.settings import ENV_PREFIX, Settings
+from schemas.settings import ENV_PREFIX, Settings
 
 __all__ = ["ASYNC_POOL", "default_concurrency", "register", "run_worker"]
 
@@ -30,7 +30,7 @@ defaults:
 environment:
   {env}BROKER_URL   required: the fleet's Redis, e.g. redis://10.0.0.5:6379/0
   {env}TOOLS        comma-separated tool modules (same as --tools)
-  other {env}* settings as in workers/settings.py (queues, visibility timeout, ...)
+  other {env}* settings as in schemas/settings.py (queues, visibility timeout, ...)
 
 examples:
   export {env}BROKER_URL=redis://127.0.0.1:6379/0

@@ -34,7 +34,7 @@ from typing import IO, Any
 import redis
 
 from schemas.errors import ConfigurationError, EmbeddedStartError
-from workers.settings import ENV_PREFIX, Settings
+from schemas.settings import ENV_PREFIX, Settings
 
 __all__ = [
     "BROKER_ENV",

@@ -21,9 +21,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from dispatcher.broker_probe import check_reachable, mask_url
+from dispatcher.cli.broker_probe import check_reachable, mask_url
 from schemas.errors import ConfigurationError
-from workers.settings import ENV_PREFIX, Settings
+from schemas.settings import ENV_PREFIX, Settings
 
 __all__ = ["fleet_status", "load_history", "mask_url", "register"]
 
@@ -88,7 +88,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
 @contextlib.contextmanager
 def _fleet_settings(*, start_saved: bool) -> Iterator[tuple[Settings, str]]:
     """Settings with a broker URL, and a description of where it came from."""
-    from dispatcher.embedded import EmbeddedRedis, live_fleets, run_dir
+    from dispatcher.cli.embedded import EmbeddedRedis, live_fleets, run_dir
 
     settings = Settings.from_env()
     if settings.broker_url:
@@ -125,8 +125,8 @@ def fleet_status(settings: Settings, *, timeout_s: float) -> dict[str, Any]:
     """Workers online (with their running calls), queue depths and calls in flight."""
     import redis
 
+    from schemas.keys import Keys
     from workers.app import create_app, redis_url_of
-    from workers.keys import Keys
 
     app = create_app(settings)
     check_reachable(redis_url_of(app), settings.broker_url)
@@ -200,8 +200,8 @@ def load_history(settings: Settings, branch_id: str) -> tuple[list[Any], list[di
     import redis.asyncio as aioredis
 
     from dispatcher.history import load_records
+    from schemas.keys import Keys
     from workers.app import create_app, redis_url_of
-    from workers.keys import Keys
 
     app = create_app(settings)
     url = redis_url_of(app)

@@ -17,9 +17,9 @@ from typing import Any, TextIO
 
 from rich.console import Console
 
-from dispatcher.batch_file import BatchLine, parse_batch
-from dispatcher.call_record import CallRecord
-from dispatcher.progress import BatchProgress, render_results, render_summary
+from dispatcher.cli.batch_file import BatchLine, parse_batch
+from dispatcher.cli.call_record import CallRecord
+from dispatcher.cli.progress import BatchProgress, render_results, render_summary
 from schemas.errors import ConfigurationError, ToolfleetError
 
 __all__ = ["EXIT_INTERRUPTED", "read_batch", "register", "write_records"]
@@ -181,7 +181,7 @@ def _importable_cwd() -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from workers.settings import Settings
+    from schemas.settings import Settings
 
     settings = Settings.from_env()
     tools = (*settings.tools, *(m for m in _split_modules(args.tools) if m not in settings.tools))
@@ -257,9 +257,9 @@ def _execute(
     gates: Sequence[Any] = (),
     embedded_only: bool = False,
 ) -> tuple[str, list[CallRecord], float]:
-    from dispatcher.batch_runner import run_batch
-    from dispatcher.embedded import EmbeddedFleet, resolve_fleet
-    from workers.settings import Settings
+    from dispatcher.cli.batch_runner import run_batch
+    from dispatcher.cli.embedded import EmbeddedFleet, resolve_fleet
+    from schemas.settings import Settings
 
     if embedded_only:
         base = Settings.from_env().model_copy(update={"broker_url": None, "tools": ()})
@@ -287,7 +287,7 @@ def _execute(
 
 
 def _check_external_broker(settings: Any) -> None:
-    from dispatcher.broker_probe import check_reachable
+    from dispatcher.cli.broker_probe import check_reachable
     from workers.app import create_app, redis_url_of
 
     app = create_app(settings)
@@ -298,6 +298,6 @@ def _check_external_broker(settings: Any) -> None:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from dispatcher.demo import run_demo
+    from dispatcher.cli.demo import run_demo
 
     return run_demo(sync_calls=args.sync_calls, async_calls=args.async_calls, execute=_execute)

@@ -8,7 +8,7 @@ from urllib.parse import urlsplit, urlunsplit
 import redis
 
 from schemas.errors import ConfigurationError
-from workers.settings import ENV_PREFIX
+from schemas.settings import ENV_PREFIX
 
 __all__ = ["check_reachable", "mask_url"]
 

@@ -26,7 +26,7 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
-from dispatcher.call_record import OUTCOMES, CallRecord
+from dispatcher.cli.call_record import OUTCOMES, CallRecord
 
 __all__ = ["BatchProgress", "render_results", "render_summary", "slowest_tools"]
 

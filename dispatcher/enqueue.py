@@ -17,10 +17,10 @@ from kombu.utils.url import maybe_sanitize_url
 
 from schemas.errors import BrokerError
 from schemas.function_calling import redact
+from schemas.keys import Keys
 from schemas.tool import Tool
 from schemas.wire import CallMessage
 from workers.app import EXECUTE_TASK, redis_url_of, settings_of
-from workers.keys import Keys
 
 __all__ = [
     "ARGSREPR_MAX_CHARS",

@@ -22,11 +22,11 @@ EXIT_USAGE = 2
 # Modules that each define ``register(subparsers)``; a subcommand's handler is stored as
 # ``func`` on its parser and returns the exit code.
 _COMMAND_MODULES = (
-    "dispatcher.run_cli",
+    "dispatcher.cli.run",
     "workers.worker_cli",
-    "dispatcher.flower_cli",
-    "dispatcher.admin_cli",
-    "dispatcher.tools_cli",
+    "dispatcher.cli.flower",
+    "dispatcher.cli.admin",
+    "dispatcher.cli.tools",
 )
 
 

@@ -15,15 +15,15 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from dispatcher.batch_file import BatchLine
-from dispatcher.call_record import CallRecord
-from dispatcher.demo_tools import DENIED_TOOL
-from dispatcher.progress import render_summary
+from dispatcher.cli.batch_file import BatchLine
+from dispatcher.cli.call_record import CallRecord
+from dispatcher.cli.demo_tools import DENIED_TOOL
+from dispatcher.cli.progress import render_summary
 from schemas.action import ToolInvocation
 
 __all__ = ["DEMO_TOOLS_MODULE", "demo_batch", "deny_dangerous", "run_demo"]
 
-DEMO_TOOLS_MODULE = "dispatcher.demo_tools"
+DEMO_TOOLS_MODULE = "dispatcher.cli.demo_tools"
 _BLOCK_S = 0.4
 _LATENCY_S = 0.3
 

@@ -1,4 +1,5 @@
-"""The tools ``toolfleet demo`` runs; a worker loads them with ``--tools dispatcher.demo_tools``.
+"""The tools ``toolfleet demo`` runs; a worker loads them with
+``--tools dispatcher.cli.demo_tools``.
 
 Each tool reports the process it ran in, so the demo can show that blocking sync tools ran in
 worker processes and never on the caller's event loop.

@@ -17,14 +17,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dispatcher.batch_file import BatchLine
-from dispatcher.call_record import CallRecord, Outcome
+from dispatcher.cli.batch_file import BatchLine
+from dispatcher.cli.call_record import CallRecord, Outcome
 from dispatcher.fleet import Fleet
 from dispatcher.session import Gate, Session
 from schemas.action import CallParams
+from schemas.settings import Settings
 from schemas.status import EventStatus
 from schemas.wire import CallResult
-from workers.settings import Settings
 
 __all__ = ["BatchResult", "run_batch"]
 

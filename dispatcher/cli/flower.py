@@ -18,9 +18,9 @@ from urllib.parse import urlsplit, urlunsplit
 from celery import states
 from celery.events.state import Task
 
-from dispatcher.embedded import run_dir, running_broker_url
+from dispatcher.cli.embedded import run_dir, running_broker_url
 from schemas.errors import ConfigurationError
-from workers.settings import ENV_PREFIX, Settings
+from schemas.settings import ENV_PREFIX, Settings
 
 __all__ = [
     "STATE_FILE_NAME",
@@ -36,7 +36,7 @@ STATE_FILE_NAME = "flower-state.db"
 # Flower saves its state on shutdown; a periodic save bounds what a crash (SIGKILL) loses.
 _STATE_SAVE_INTERVAL_MS = 60_000
 _LOOPBACK = {"127.0.0.1", "::1", "localhost"}
-# workers.publish shows a call as repr(({'call_id': ..., 'branch_id': ..., 'function': ...},)).
+# dispatcher.enqueue shows a call as repr(({'call_id': ..., 'branch_id': ..., 'function': ...},)).
 _FUNCTION_IN_ARGSREPR = re.compile(r"'function': '([^'\\]+)'")
 
 
