@@ -9,7 +9,6 @@ observers and message callbacks.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 import uuid
@@ -23,24 +22,22 @@ from dispatcher.deadline import Deadline
 from dispatcher.envelope import Envelope, normalize
 from dispatcher.history import Unit, link_pair
 from dispatcher.hooks import HookPoint
-from dispatcher.nesting import check_nesting
 from dispatcher.publisher import Publisher
 from dispatcher.signals import GateDenied
 from schemas.action import ActionResponseModel, CallParams
+from schemas.contract import check_arguments, safe_repr, safe_text
 from schemas.errors import (
     ArgumentValidationError,
     BrokerError,
     ConfigurationError,
     MalformedRequestError,
-    NotJSONError,
-    OversizedArgumentsError,
     ToolTimeoutError,
     UnknownToolError,
 )
 from schemas.execution import Execution
 from schemas.function_calling import REDACTED, normalize_arguments
 from schemas.messages import ActionRequest, ActionResponse
-from schemas.serialize import format_error
+from schemas.serialize import format_error, to_jsonable
 from schemas.status import EventStatus
 from schemas.wire import CallMessage, CallResult
 
@@ -251,15 +248,8 @@ class Batch:
         try:
             tool = self.fleet.tool(item.function)
             arguments = normalize_arguments(tool, item.arguments)
-        except (ArgumentValidationError, UnknownToolError) as exc:
-            raw = dict(item.arguments) if isinstance(item.arguments, Mapping) else {}
-            if item.function in self.fleet.registry:
-                known = self.fleet.tool(item.function)
-                ctx = CallContext(item.function, raw, branch_id, tool=known)
-            else:
-                # No tool, no list of secret arguments: keep the names, hide every value.
-                ctx = CallContext(item.function, dict.fromkeys(raw, REDACTED), branch_id)
-            return self._aborted(ctx, exc)
+        except Exception as exc:
+            return self._aborted(self._refused_context(item), _refusal(item, exc))
         ctx = CallContext(item.function, arguments, branch_id, tool=tool)
         self._contexts[index] = ctx
         if self.verbose:
@@ -401,17 +391,29 @@ class Batch:
         try:
             tool = self.fleet.tool(item.function)
             arguments = normalize_arguments(tool, item.arguments)
-        except (ArgumentValidationError, UnknownToolError) as exc:
-            raw = dict(item.arguments) if isinstance(item.arguments, Mapping) else {}
-            return self._aborted(
-                CallContext(item.function, dict.fromkeys(raw, REDACTED), branch_id), exc
-            )
+        except Exception as exc:
+            return self._aborted(self._refused_context(item), _refusal(item, exc))
         ctx = CallContext(item.function, arguments, branch_id, tool=tool)
         message = CallMessage(
             call_id=ctx.call_id, branch_id=branch_id, function=ctx.function, arguments=arguments
         )
         result = stopped_result(message, tool, cancelled_error(message), EventStatus.CANCELLED)
         return self._finished(ctx, result, [self._record(ctx, result)])
+
+    def _refused_context(self, item: Envelope) -> CallContext:
+        """The context of a call refused before it was normalized: whatever the caller
+        passed (lone surrogates, non-string keys, raising mappings), it can be recorded."""
+        function = safe_text(item.function)
+        try:
+            raw = dict(item.arguments) if isinstance(item.arguments, Mapping) else {}
+        except Exception:
+            raw = {}
+        if item.function in self.fleet.registry:
+            known = self.fleet.tool(item.function)
+            return CallContext(function, raw, self.branch.id, tool=known)
+        # No tool, no list of secret arguments: keep the names, hide every value.
+        hidden = to_jsonable(dict.fromkeys(raw, REDACTED))
+        return CallContext(function, hidden if isinstance(hidden, dict) else {}, self.branch.id)
 
     async def _throttle(self) -> None:
         period_s = self.params.throttle_period_s
@@ -516,30 +518,19 @@ class Batch:
 
 
 def check_wire(ctx: CallContext, max_argument_bytes: int) -> None:
-    """Raise NotJSONError naming the key, or OversizedArgumentsError, before enqueueing."""
-    check_nesting(ctx.function, ctx.arguments)  # first: json.dumps would hit RecursionError
-    try:
-        encoded = json.dumps(ctx.arguments, allow_nan=False)
-    except (TypeError, ValueError):
-        for key, value in ctx.arguments.items():
-            try:
-                json.dumps(value, allow_nan=False)
-            except (TypeError, ValueError) as exc:
-                raise NotJSONError(
-                    f"argument {key!r} of tool {ctx.function!r} is not JSON "
-                    f"({type(value).__name__}: {exc}); pass str, int, float, bool, None, "
-                    "list or dict values"
-                ) from None
-        raise NotJSONError(
-            f"arguments of tool {ctx.function!r} are not JSON; pass plain JSON values"
-        ) from None
-    size = len(encoded.encode())
-    if size > max_argument_bytes:
-        raise OversizedArgumentsError(
-            f"arguments of tool {ctx.function!r} are {size} bytes as JSON, over the "
-            f"{max_argument_bytes}-byte limit (TOOLFLEET_MAX_ARGUMENT_BYTES); pass a "
-            "reference (a path or URL) instead of the data"
-        )
+    """Hold the call to the JSON contract (schemas.contract) before it is enqueued; the
+    worker checks the same contract again on receipt."""
+    check_arguments(ctx.function, ctx.arguments, max_bytes=max_argument_bytes)
+
+
+def _refusal(item: Envelope, exc: Exception) -> Exception:
+    """A toolfleet error for a call refused before enqueue, whatever normalizing raised."""
+    if isinstance(exc, ArgumentValidationError | UnknownToolError):
+        return exc
+    return ArgumentValidationError(
+        f"arguments for tool {safe_repr(item.function)} could not be read "
+        f"({format_error(exc)}); pass a dict of JSON values"
+    )
 
 
 def _error_text(error: str | BaseException | None, status: EventStatus) -> str:

@@ -9,7 +9,7 @@ from typing import Any
 
 from schemas.action import ToolInvocation
 from schemas.function_calling import redact
-from schemas.serialize import to_jsonable
+from schemas.serialize import jsonable_key, to_jsonable
 from schemas.tool import Tool
 
 __all__ = ["CallContext", "new_call_id"]
@@ -47,7 +47,7 @@ class CallContext:
     def public_arguments(self) -> dict[str, Any]:
         """The arguments with secret values replaced, safe for history, events and hooks."""
         redacted = redact(self.arguments, self.secret_args)
-        return {key: to_jsonable(value) for key, value in redacted.items()}
+        return {jsonable_key(key): to_jsonable(value) for key, value in redacted.items()}
 
     def invocation(self) -> ToolInvocation:
         return ToolInvocation(

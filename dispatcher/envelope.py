@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from schemas.contract import safe_repr
 from schemas.errors import MalformedRequestError
 from schemas.messages import ActionRequest
 
@@ -42,7 +43,7 @@ def normalize(request: Any) -> Envelope:
         if "function" in request and "arguments" in request:
             return _checked(request["function"], request["arguments"], request)
         raise MalformedRequestError(
-            f"action request dict has keys {sorted(map(str, request))[:10]}, not both "
+            f"action request dict has keys {safe_repr(list(request)[:10])}, not both "
             f"'function' and 'arguments': {_preview(request)}; add the missing key"
         )
     raise MalformedRequestError(
@@ -54,12 +55,11 @@ def normalize(request: Any) -> Envelope:
 def _checked(function: Any, arguments: Any, request: Any) -> Envelope:
     if not isinstance(function, str) or not function:
         raise MalformedRequestError(
-            f"action request 'function' must be a non-empty tool name, got {function!r} "
+            f"action request 'function' must be a non-empty tool name, got {safe_repr(function)} "
             f"in {_preview(request)}"
         )
     return Envelope(function, arguments)
 
 
 def _preview(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= _PREVIEW_CHARS else text[: _PREVIEW_CHARS - 3] + "..."
+    return safe_repr(value, _PREVIEW_CHARS)

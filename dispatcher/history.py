@@ -15,6 +15,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 from pydantic import TypeAdapter
+from pydantic_core import PydanticSerializationError
 from redis.exceptions import RedisError
 
 from dispatcher.context import new_call_id
@@ -27,6 +28,7 @@ from schemas.messages import (
     ActionResponseContent,
     Message,
 )
+from schemas.serialize import to_jsonable
 
 __all__ = ["BranchHistory", "Unit", "link_pair", "load_records"]
 
@@ -118,8 +120,8 @@ class BranchHistory:
     ) -> str | None:
         history_key = keys.history(self.branch_id)
         events_key = keys.events(self.branch_id)
-        events = [json.dumps(e) for u in units for e in u.events]
-        messages = [m.model_dump_json() for u in units for m in (u.request, u.response)]
+        events = [_event_json(e) for u in units for e in u.events]
+        messages = [_message_json(m) for u in units for m in (u.request, u.response)]
         try:
             async with client.pipeline(transaction=True) as pipe:
                 if events:
@@ -137,6 +139,22 @@ class BranchHistory:
             )
             return f"{type(exc).__name__}: {exc}"
         return None
+
+
+def _event_json(event: dict[str, Any]) -> str:
+    # Total (issue 13): whatever a record holds, its history line is written.
+    try:
+        return json.dumps(event, allow_nan=False)
+    except (TypeError, ValueError, RecursionError):
+        return json.dumps(to_jsonable(event))
+
+
+def _message_json(message: Message) -> str:
+    try:
+        return message.model_dump_json()
+    except (PydanticSerializationError, ValueError):
+        # e.g. a lone surrogate: json.dumps spells it \udXXX where pydantic refuses it.
+        return json.dumps(to_jsonable(message.model_dump(mode="python")))
 
 
 async def load_records(

@@ -14,6 +14,7 @@ __all__ = [
     "MalformedRequestError",
     "NotJSONError",
     "OversizedArgumentsError",
+    "RefusedCallError",
     "ToolTimeoutError",
     "ToolfleetError",
     "UnknownToolError",
@@ -44,6 +45,11 @@ class NotJSONError(ArgumentValidationError):
 
 class OversizedArgumentsError(ArgumentValidationError):
     """Raised when a call's serialized arguments exceed the configured size limit."""
+
+
+class RefusedCallError(ToolfleetError):
+    """Raised when a worker refuses a message whose claims do not hold (wrong pool for the
+    tool's kind, a reply list outside this fleet's reply keys)."""
 
 
 class UnknownToolError(ToolfleetError, LookupError):

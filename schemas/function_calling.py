@@ -9,6 +9,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
 
+from schemas.contract import safe_repr
 from schemas.errors import ArgumentValidationError, ToolTimeoutError
 from schemas.event import Event
 from schemas.serialize import to_jsonable
@@ -40,7 +41,8 @@ def normalize_arguments(tool: Tool, arguments: Any) -> dict[str, Any]:
     bad_keys = [k for k in arguments if not isinstance(k, str)]
     if bad_keys:
         raise ArgumentValidationError(
-            f"argument names for tool {tool.function!r} must be strings, got {bad_keys[:5]!r}"
+            f"argument names for tool {tool.function!r} must be strings, "
+            f"got {safe_repr(bad_keys[:5])}"
         )
     keys = set(arguments)
     if tool.strict and keys != tool.required_fields:
@@ -163,8 +165,7 @@ class FunctionCalling(Event):
 
 
 def _preview(value: Any, limit: int = 80) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return safe_repr(value, limit)
 
 
 def _validation_summary(exc: ValidationError) -> str:

@@ -12,7 +12,15 @@ from typing import Any
 
 from pydantic import BaseModel
 
-__all__ = ["UNSERIALIZABLE", "describe_exception", "format_error", "to_jsonable"]
+from schemas.contract import int_digits, safe_text
+
+__all__ = [
+    "UNSERIALIZABLE",
+    "describe_exception",
+    "format_error",
+    "jsonable_key",
+    "to_jsonable",
+]
 
 UNSERIALIZABLE = "<unserializable>"
 
@@ -37,7 +45,7 @@ def format_error(exc: BaseException) -> str:
 def _exception_text(exc: BaseException) -> str:
     # A tool's exception with a broken __str__ must not crash the record of its failure.
     try:
-        return str(exc)
+        return safe_text(str(exc))
     except Exception:
         return f"<unprintable {type(exc).__name__}>"
 
@@ -58,12 +66,13 @@ def _convert(value: Any, depth: int) -> Any:
     # Enums first: an IntEnum or StrEnum must come out as its plain value.
     if isinstance(value, enum.Enum):
         return _convert(value.value, depth + 1)
-    if value is None or type(value) in (bool, int, str):
+    if value is None or type(value) is bool:
         return value
     if isinstance(value, int):
-        return int(value)
+        return _int(int(value))
     if isinstance(value, str):
-        return str(value)
+        # A lone surrogate would make the record's JSON unwritable: spell it out instead.
+        return safe_text(str(value))
     if isinstance(value, float):
         if math.isfinite(value):
             return float(value)
@@ -77,7 +86,7 @@ def _convert(value: Any, depth: int) -> Any:
             {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}, depth + 1
         )
     if isinstance(value, Mapping):
-        return {str(k): _convert(v, depth + 1) for k, v in value.items()}
+        return {jsonable_key(k): _convert(v, depth + 1) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_convert(v, depth + 1) for v in value]
     if isinstance(value, (set, frozenset)):
@@ -95,3 +104,26 @@ def _convert(value: Any, depth: int) -> Any:
     if isinstance(value, bytes):
         raise _Unserializable
     raise _Unserializable
+
+
+# Python refuses str() of an int over 4300 digits; json.dumps and every log line would raise.
+_MAX_RECORDED_DIGITS = 4000
+
+
+def _int(value: int) -> int | str:
+    if abs(value).bit_length() > _MAX_RECORDED_DIGITS * 3:
+        return f"<integer of about {int_digits(value)} digits>"
+    return value
+
+
+def jsonable_key(key: Any) -> str:
+    """A mapping key as a JSON object key (a string that encodes as UTF-8); never raises."""
+    if isinstance(key, str):
+        return safe_text(key)
+    if isinstance(key, int) and not isinstance(key, bool):
+        converted = _int(key)
+        return converted if isinstance(converted, str) else str(converted)
+    try:
+        return safe_text(str(key))
+    except Exception:
+        return f"<unprintable {type(key).__name__} key>"

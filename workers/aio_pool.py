@@ -263,7 +263,11 @@ class AsyncioPool(BasePool):
                             _quiet(accept_callback), os.getpid(), time.monotonic()
                         )
                     summary = await execute_many_async(
-                        message, runtime=runtime, hostname=hostname, revoked=worker_state.revoked
+                        message,
+                        runtime=runtime,
+                        hostname=hostname,
+                        revoked=worker_state.revoked,
+                        pool="async",
                     )
                 runtime_s = time.monotonic() - started
                 self._callbacks.submit(_quiet(self._succeed), task_id, summary, runtime_s, callback)
@@ -286,6 +290,7 @@ class AsyncioPool(BasePool):
                     hostname=hostname,
                     limit_s=limit_s,
                     cancel_is_final=lambda: task_id in self._user_cancelled,
+                    pool="async",
                 )
         except asyncio.CancelledError:
             if task_id not in self._user_cancelled:

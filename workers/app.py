@@ -15,6 +15,7 @@ from celery.app.amqp import AMQP
 from kombu import Exchange, Queue
 
 from schemas.settings import Settings
+from workers.guard import keep_only_toolfleet_tasks
 from workers.registry import Registry, registry
 
 __all__ = [
@@ -133,6 +134,8 @@ def _load_tools_at_worker_start(app: Celery) -> None:
     def load(sender: Any = None, **_: Any) -> None:
         if getattr(sender, "app", None) is app:
             registry_of(app).load_modules(settings_of(app).tools)
+            # Issue 13: Celery's built-ins (celery.accumulate, ...) must not run by name.
+            keep_only_toolfleet_tasks(app)
 
     # weak=False: the closure has no other reference and must live as long as the app.
     signals.worker_init.connect(load, weak=False)

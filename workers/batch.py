@@ -29,7 +29,7 @@ from kombu.utils.url import maybe_sanitize_url
 
 from schemas.errors import BrokerError, ConfigurationError, MalformedRequestError
 from schemas.status import EventStatus
-from schemas.tool import Tool
+from schemas.tool import Tool, ToolKind
 from schemas.wire import CallMessage, CallResult
 from workers.app import settings_of
 
@@ -108,6 +108,7 @@ async def execute_many_async(
     runtime: Any,
     hostname: str | None = None,
     revoked: Container[str] = frozenset(),
+    pool: ToolKind | None = None,
 ) -> dict[str, Any]:
     """Run every call of one batch concurrently; each stores and signals its own record.
 
@@ -144,7 +145,9 @@ async def execute_many_async(
             await store.finish(_revoked_result(msg, runtime, hostname), msg.reply_to)
             return EventStatus.CANCELLED.value
         # Duck-typed: execute_async uses only registry, heartbeat and async_store().
-        outcome = await execute_async(msg, runtime=cast(Any, batch_runtime), hostname=hostname)
+        outcome = await execute_async(
+            msg, runtime=cast(Any, batch_runtime), hostname=hostname, pool=pool
+        )
         return str(outcome.status.value)
 
     try:
@@ -166,6 +169,8 @@ class _BatchRuntime:
     def __init__(self, runtime: Any, store: _BatchStore) -> None:
         self.registry = runtime.registry
         self.heartbeat = runtime.heartbeat
+        self.keys = runtime.keys
+        self.settings = runtime.settings
         self._store = store
 
     def async_store(self) -> _BatchStore:
@@ -337,7 +342,11 @@ def register_execute_many_task(app: Celery) -> Task:
         runtime = runtime_for(self.app)
         summary: dict[str, Any] = runtime.process_loop().run_until_complete(
             execute_many_async(
-                messages, runtime=runtime, hostname=self.request.hostname, revoked=state.revoked
+                messages,
+                runtime=runtime,
+                hostname=self.request.hostname,
+                revoked=state.revoked,
+                pool="sync",
             )
         )
         return summary

@@ -24,9 +24,12 @@ from kombu.utils.url import maybe_sanitize_url
 from pydantic import ValidationError
 
 import schemas.errors as toolfleet_errors
+from schemas.contract import safe_text
 from schemas.errors import (
     BrokerError,
     MalformedRequestError,
+    RefusedCallError,
+    ToolfleetError,
     ToolTimeoutError,
     UnknownToolError,
     WorkerLostError,
@@ -36,9 +39,10 @@ from schemas.function_calling import REDACTED, FunctionCalling, redact
 from schemas.keys import Keys
 from schemas.serialize import to_jsonable
 from schemas.status import EventStatus
-from schemas.tool import Tool
+from schemas.tool import Tool, ToolKind
 from schemas.wire import CallMessage, CallResult
 from workers.app import EXECUTE_TASK, redis_url_of, registry_of, settings_of
+from workers.guard import check_call, reply_to_problem
 from workers.registry import Registry
 from workers.store import AsyncRecordStore, Heartbeat, StartedMarker, SyncRecordStore
 
@@ -134,18 +138,20 @@ async def execute_async(
     hostname: str | None = None,
     limit_s: float | None = None,
     cancel_is_final: Callable[[], bool] = lambda: True,
+    pool: ToolKind | None = None,
 ) -> Outcome:
     """Run one call with C7 idempotency and worker-loss detection; store and signal its record.
 
     ``limit_s`` (a task time limit) caps the tool's own timeout_s. Cancellation ends the call
     CANCELLED when ``cancel_is_final()`` (a user cancel); otherwise (worker shutdown) it
     propagates and leaves the started marker, so a redelivery applies the worker-lost rule.
+    ``pool`` is the kind of pool running this (None skips the kind check, workers.guard).
     """
     msg = _parse(message)
     host = hostname or _default_hostname()
     token = current_call.set(msg)
     try:
-        return await _execute(msg, runtime, host, limit_s, cancel_is_final)
+        return await _execute(msg, runtime, host, limit_s, cancel_is_final, pool)
     except asyncio.CancelledError as exc:
         # Cancelled before the tool started (e.g. waiting on Redis): still record it.
         if not cancel_is_final():
@@ -164,8 +170,15 @@ async def _execute(
     hostname: str,
     limit_s: float | None,
     cancel_is_final: Callable[[], bool],
+    pool: ToolKind | None = None,
 ) -> Outcome:
     store = runtime.async_store()
+    foreign = reply_to_problem(msg.reply_to, runtime.keys)
+    if foreign is not None:
+        # Never push to a list this fleet does not own (a branch's history, another prefix).
+        msg = msg.model_copy(update={"reply_to": None})
+        known = runtime.registry.get(msg.function) if msg.function in runtime.registry else None
+        return await _finish_failed(store, msg, known, RefusedCallError(foreign), hostname)
     try:
         tool = runtime.registry.get(msg.function)
     except UnknownToolError as exc:
@@ -174,6 +187,11 @@ async def _execute(
             await store.notify(stored, msg.reply_to)
             return Outcome(stored, rebuild_error(stored))
         return await _finish_failed(store, msg, None, exc, hostname)
+    try:
+        check_call(msg, tool, pool=pool, max_argument_bytes=runtime.settings.max_argument_bytes)
+    except ToolfleetError as exc:
+        # Refused before the tool runs: a hand-made message the dispatcher would not send.
+        return await _finish_failed(store, msg, tool, exc, hostname)
 
     # C7 in one round trip: a finished call's record, or the claim, or the live holder.
     marker = StartedMarker.now(hostname, msg.attempt)
@@ -278,7 +296,7 @@ async def _finish_failed(
 ) -> Outcome:
     result = CallResult(
         call_id=msg.call_id,
-        function=msg.function,
+        function=safe_text(msg.function),
         event=failed_event(msg, tool, exc, status=status),
         attempt=msg.attempt,
         worker=hostname,
@@ -309,12 +327,12 @@ def failed_event(
         arguments = redact(msg.arguments, tool.secret_args)
     else:
         # No tool, no list of secret arguments: keep the names, hide every value.
-        arguments = {name: REDACTED for name in msg.arguments}
+        arguments = dict.fromkeys(msg.arguments, REDACTED)
     return {
         "id": str(uuid.uuid4()),
         "created_at": datetime.now(UTC).isoformat(),
         "execution": execution.to_dict(),
-        "function": msg.function,
+        "function": safe_text(msg.function),
         "arguments": to_jsonable(arguments),
     }
 
@@ -353,6 +371,7 @@ def register_execute_task(app: Celery) -> Task:
                     runtime=runtime,
                     hostname=self.request.hostname,
                     limit_s=soft_s or hard_s,
+                    pool="sync",
                 )
             )
         except SoftTimeLimitExceeded:
@@ -436,11 +455,13 @@ def record_if_absent(
         )
     result = CallResult(
         call_id=msg.call_id,
-        function=msg.function,
+        function=safe_text(msg.function),
         event=failed_event(msg, tool, exc, status=status),
         attempt=msg.attempt,
         worker=hostname,
     )
+    if reply_to_problem(msg.reply_to, runtime.keys) is not None:
+        msg = msg.model_copy(update={"reply_to": None})
     runtime.sync_store.finish_if_absent(result, msg.reply_to)
 
 
