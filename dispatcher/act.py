@@ -29,8 +29,10 @@ from schemas.contract import check_arguments, safe_repr, safe_text
 from schemas.errors import (
     ArgumentValidationError,
     BrokerError,
+    CallLostError,
     ConfigurationError,
     MalformedRequestError,
+    NoWorkerError,
     ToolTimeoutError,
     UnknownToolError,
 )
@@ -333,9 +335,10 @@ class Batch:
             raise
         try:
             result = await self._deadline.wait(future, message)
-        except (ToolTimeoutError, BrokerError) as exc:
-            # A straggler, or a call the broker lost (dispatcher.broker_watch): recorded
-            # FAILED and revoked, so the batch can return (issue 7).
+        except (ToolTimeoutError, BrokerError, NoWorkerError, CallLostError) as exc:
+            # A straggler, a call the broker lost (dispatcher.broker_watch), one no worker
+            # serves or one lost twice (dispatcher.reconciler): recorded FAILED and revoked,
+            # so the batch can return (issues 7, 12).
             self.fleet.collector.forget(ctx.call_id, attempt)
             result = await self._settler.settle(message, ctx.tool, exc)
         except BaseException:

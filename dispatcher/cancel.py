@@ -50,6 +50,7 @@ def stopped_result(
         event=failed_event(message, tool, error, status=status),
         attempt=message.attempt,
         worker=None,
+        batch_id=message.batch_id,
     )
 
 

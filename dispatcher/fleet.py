@@ -14,6 +14,7 @@ from celery import Celery
 
 from dispatcher.broker_watch import BrokerWatch
 from dispatcher.collector import Collector
+from dispatcher.reconciler import Reconciler
 from schemas.errors import BrokerError
 from schemas.keys import Keys
 from schemas.settings import Settings
@@ -55,6 +56,7 @@ class Fleet:
         self._redis: aioredis.Redis | None = None
         self._collector: Collector | None = None
         self._watch: BrokerWatch | None = None
+        self._reconciler: Reconciler | None = None
 
     @classmethod
     def from_env(cls, *, registry: Registry | None = None, **overrides: Any) -> Fleet:
@@ -85,6 +87,17 @@ class Fleet:
             pools=[self._redis.connection_pool],
         )
         self._watch.start()
+        # Issue 12: a queue with no worker, or a message the broker lost, must not leave a
+        # call awaited forever.
+        self._reconciler = Reconciler(
+            aioredis.Redis.from_url(self.redis_url),
+            self._collector,
+            self.keys,
+            self.settings,
+            self._publish_raw,
+            self.collector_id,
+        )
+        self._reconciler.start()
 
     @property
     def redis(self) -> aioredis.Redis:
@@ -99,6 +112,12 @@ class Fleet:
         assert self._collector is not None
         return self._collector
 
+    @property
+    def reconciler(self) -> Reconciler:
+        self._bind()
+        assert self._reconciler is not None
+        return self._reconciler
+
     def expect(self, call_id: str, attempt: int) -> asyncio.Future[CallResult]:
         return self.collector.expect(call_id, attempt)
 
@@ -108,8 +127,15 @@ class Fleet:
         """Enqueue ``calls`` in one hop to the publishing thread; raises BrokerError.
 
         With ``batch_size``, up to that many calls share one ``toolfleet.execute_many``
-        message (CallParams.batch_size); otherwise each call is its own task.
+        message (CallParams.batch_size); otherwise each call is its own task. The reconciler
+        tracks each call from here until its result arrives.
         """
+        await self._publish_raw(calls, batch_size=batch_size)
+        await self.reconciler.published(calls)
+
+    async def _publish_raw(
+        self, calls: Sequence[tuple[CallMessage, Tool]], *, batch_size: int | None = None
+    ) -> None:
         from dispatcher.enqueue import publish_calls
         from workers.batch import publish_batched
 
@@ -134,11 +160,14 @@ class Fleet:
     async def aclose(self) -> None:
         """Stop the collector and close the Redis clients (of the current loop)."""
         collector, self._collector = self._collector, None
+        reconciler, self._reconciler = self._reconciler, None
         client, self._redis = self._redis, None
         watch, self._watch = self._watch, None
         same_loop = self._loop is asyncio.get_running_loop()
         self._loop = None
         if same_loop:
+            if reconciler is not None:
+                await reconciler.aclose()
             if watch is not None:
                 await watch.aclose()
             if collector is not None:

@@ -8,10 +8,12 @@ from __future__ import annotations
 __all__ = [
     "ArgumentValidationError",
     "BrokerError",
+    "CallLostError",
     "ConfigurationError",
     "DuplicateToolError",
     "EmbeddedStartError",
     "MalformedRequestError",
+    "NoWorkerError",
     "NotJSONError",
     "OversizedArgumentsError",
     "RefusedCallError",
@@ -74,3 +76,12 @@ class BrokerError(ToolfleetError, ConnectionError):
 
 class EmbeddedStartError(ToolfleetError, RuntimeError):
     """Raised when the embedded Redis or a local worker does not start or answer in time."""
+
+
+class NoWorkerError(ToolfleetError):
+    """Raised when no live worker consumes a call's queue within TOOLFLEET_NO_WORKER_TIMEOUT_S."""
+
+
+class CallLostError(ToolfleetError):
+    """Raised when a call's message vanished twice (in no queue, reserved by no worker, not
+    started, no record), once before and once after the dispatcher republished it."""

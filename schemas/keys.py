@@ -34,3 +34,20 @@ class Keys:
     def cancel_channel(self) -> str:
         """Pub/sub channel: call ids whose running async execution must be cancelled."""
         return f"{self.prefix}:cancel"
+
+    def workers(self, queue: str) -> str:
+        """Sorted set: hostnames of the workers consuming ``queue``, scored by last beat
+        (epoch seconds); the dispatcher's test for "no worker serves this queue"."""
+        return f"{self.prefix}:workers:{queue}"
+
+    def batch(self, batch_id: str) -> str:
+        """String: the journal of one act() batch (JSON; no secret values)."""
+        return f"{self.prefix}:batch:{batch_id}"
+
+    def open_batches(self) -> str:
+        """Hash: batch id -> branch id of every journaled batch not yet fully written."""
+        return f"{self.prefix}:batches:open"
+
+    def dispatcher(self, dispatcher_id: str) -> str:
+        """String with a short TTL: present while the dispatcher ``dispatcher_id`` is alive."""
+        return f"{self.prefix}:dispatcher:{dispatcher_id}"

@@ -25,6 +25,8 @@ class CallMessage(BaseModel):
     attempt: int = Field(default=0, ge=0)
     # Redis list the worker pushes the CallResult onto, so a collector never polls.
     reply_to: str | None = None
+    # The act() batch (its journal under Keys.batch) this call belongs to; None outside one.
+    batch_id: str | None = None
 
     @field_validator("timeout_s")
     @classmethod
@@ -45,6 +47,8 @@ class CallResult(BaseModel):
     event: dict[str, Any]
     attempt: int = Field(default=0, ge=0)
     worker: str | None = None
+    # The batch of the call (CallMessage.batch_id), so recovery finds its record's place.
+    batch_id: str | None = None
 
     @field_validator("event")
     @classmethod

@@ -89,6 +89,9 @@ def create_app(settings: Settings, *, registry: Registry = registry) -> Celery:
 
     register_execute_many_task(app)
     _load_tools_at_worker_start(app)
+    from workers.presence import register_presence  # issue 12: "no worker serves this queue"
+
+    register_presence(app)
     return app
 
 

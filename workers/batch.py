@@ -323,6 +323,7 @@ def _revoked_result(msg: CallMessage, runtime: Any, hostname: str | None) -> Cal
         event=failed_event(msg, tool, error, status=EventStatus.CANCELLED),
         attempt=msg.attempt,
         worker=hostname,
+        batch_id=msg.batch_id,
     )
 
 

@@ -254,6 +254,7 @@ async def _run_tool(
         event=call.to_dict(),
         attempt=msg.attempt,
         worker=hostname,
+        batch_id=msg.batch_id,
     )
     if await asyncio.shield(store.finish(result, msg.reply_to)) is False:
         # Someone recorded this attempt first (a revoke): that record is the outcome.
@@ -300,6 +301,7 @@ async def _finish_failed(
         event=failed_event(msg, tool, exc, status=status),
         attempt=msg.attempt,
         worker=hostname,
+        batch_id=msg.batch_id,
     )
     if await store.finish(result, msg.reply_to) is False:
         return await _stored_outcome(store, msg, result)
@@ -459,6 +461,7 @@ def record_if_absent(
         event=failed_event(msg, tool, exc, status=status),
         attempt=msg.attempt,
         worker=hostname,
+        batch_id=msg.batch_id,
     )
     if reply_to_problem(msg.reply_to, runtime.keys) is not None:
         msg = msg.model_copy(update={"reply_to": None})
