@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 import uuid
 
@@ -105,3 +106,23 @@ def test_with_timeout_zero_the_call_waits_and_runs_when_a_worker_starts(
 
     [result] = run(settings, scenario, timeout_s=90)
     assert result.status is EventStatus.COMPLETED, result.error
+
+
+def test_toolfleet_run_prints_the_warning_above_its_progress_bar() -> None:
+    import io
+
+    from rich.console import Console
+
+    from dispatcher.cli.progress import BatchProgress
+
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=True, width=200)
+    with BatchProgress(2, console):
+        logging.getLogger("dispatcher.reconciler").warning(
+            "no live worker consumes queue 'toolfleet.async'; start one with `%s`",
+            "toolfleet worker --kind async",
+        )
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.getvalue())
+    assert "warning: no live worker consumes queue 'toolfleet.async'" in text
+    assert "toolfleet worker --kind async" in text
+    assert not logging.getLogger("dispatcher").handlers, "the handler outlived the bar"

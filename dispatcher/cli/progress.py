@@ -7,6 +7,7 @@ total time.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import Counter
 from collections.abc import Iterable
@@ -60,6 +61,20 @@ class _CountsColumn(ProgressColumn):
         return text
 
 
+class _ConsoleHandler(logging.Handler):
+    """Prints WARNING and above through the progress bar's console (above the bar)."""
+
+    def __init__(self, console: Console) -> None:
+        super().__init__(logging.WARNING)
+        self._console = console
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self._console.print(Text.assemble(("warning: ", "yellow"), record.getMessage()))
+        except Exception:
+            self.handleError(record)
+
+
 class BatchProgress:
     """Counts results as they arrive; draws a live bar on ``console`` when it is a terminal."""
 
@@ -69,6 +84,7 @@ class BatchProgress:
         self.started_at = time.monotonic()
         self._progress: Progress | None = None
         self._task_id: Any = None
+        self._handler: logging.Handler | None = None
         if enabled and console.is_terminal:
             # Sized to fit an 80-column terminal on one line.
             self._progress = Progress(
@@ -87,6 +103,10 @@ class BatchProgress:
     def __enter__(self) -> BatchProgress:
         if self._progress is not None:
             self._progress.start()
+            # Issue 12: a dispatcher warning (no worker for a queue, a lost call) is printed
+            # above the live bar instead of tearing it.
+            self._handler = _ConsoleHandler(self._progress.console)
+            logging.getLogger("dispatcher").addHandler(self._handler)
         return self
 
     def __exit__(
@@ -95,6 +115,9 @@ class BatchProgress:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        if self._handler is not None:
+            logging.getLogger("dispatcher").removeHandler(self._handler)
+            self._handler = None
         if self._progress is not None:
             self._progress.stop()
 
