@@ -71,7 +71,13 @@ class Tracked:
     published_s: float
     republished: bool = False
     nowhere_since_s: float | None = None
-    last_seen: str = "published, not yet seen"
+    last_seen: str | None = None
+    last_seen_s: float = 0.0
+
+    def where_last_seen(self, now_s: float) -> str:
+        if self.last_seen is None:
+            return f"never seen since it was published to queue {self.queue!r}"
+        return f"last seen {self.last_seen} {now_s - self.last_seen_s:.0f}s ago"
 
 
 class Reconciler:
@@ -100,6 +106,7 @@ class Reconciler:
         self._unserved_since: dict[str, float] = {}
         self._checked: set[str] = set()  # queues looked at once (later, each tick looks)
         self._task: asyncio.Task[None] | None = None
+        self._looked_s = float("-inf")
 
     # -- tracking ----------------------------------------------------------------------
 
@@ -233,6 +240,10 @@ class Reconciler:
     async def _reconcile(self) -> None:
         now = self._clock()
         grace_s = self.settings.reconcile_grace_s
+        # A look reads whole queues: take one every half grace period, not every tick.
+        if now - self._looked_s < grace_s / 2:
+            return
+        self._looked_s = now
         due = [
             (key, t)
             for key, t in self._tracked.items()
@@ -254,6 +265,7 @@ class Reconciler:
             elif sighting.place != Place.NOWHERE:
                 tracked.nowhere_since_s = None
                 tracked.last_seen = sighting.describe()
+                tracked.last_seen_s = now
             elif tracked.nowhere_since_s is None:
                 tracked.nowhere_since_s = now
             elif now - tracked.nowhere_since_s >= grace_s:
@@ -298,8 +310,8 @@ class Reconciler:
             CallLostError(
                 f"call {message.call_id} of tool {message.function!r} was lost twice: its "
                 f"message is in no queue, reserved by no worker, not started and has no "
-                f"record, both before and after the dispatcher republished it; last seen "
-                f"{tracked.last_seen} on queue {tracked.queue!r}. It was not run by any "
+                f"record, both before and after the dispatcher republished it; "
+                f"{tracked.where_last_seen(self._clock())}. It was not run by any "
                 f"worker that recorded it; check the workers' logs and re-run it if needed"
             ),
         )
