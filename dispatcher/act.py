@@ -24,6 +24,7 @@ from dispatcher.history import Unit, link_pair
 from dispatcher.hooks import HookPoint
 from dispatcher.publisher import Publisher
 from dispatcher.signals import GateDenied
+from schemas import tracing
 from schemas.action import ActionResponseModel, CallParams
 from schemas.contract import check_arguments, safe_repr, safe_text
 from schemas.errors import (
@@ -153,7 +154,7 @@ class Batch:
     async def _run_sequential(self) -> list[Unit | None]:
         units: list[Unit | None] = [None] * len(self.items)
         for index, item in enumerate(self.items):
-            unit = await self._transact(item, index)
+            unit = await self._traced(item, index)
             units[index] = unit
             await self._complete(index, unit)
             if self._stops_batch(unit):
@@ -198,7 +199,7 @@ class Batch:
         self, index: int, item: Envelope | MalformedRequestError, units: list[Unit | None]
     ) -> None:
         try:
-            unit = None if self._stopped else await self._transact(item, index)
+            unit = None if self._stopped else await self._traced(item, index)
         finally:
             self._window.release()
         units[index] = unit
@@ -241,6 +242,26 @@ class Batch:
             self._writing = None
 
     # -- one call ----------------------------------------------------------------------
+
+    async def _traced(self, item: Envelope | MalformedRequestError, index: int) -> Unit:
+        """``_transact`` inside the call's span, the parent of its worker's span."""
+        with tracing.span("toolfleet.call", kind="producer") as span:
+            unit = await self._transact(item, index)
+            if span is not None:
+                result = unit.result
+                last = unit.events[-1] if unit.events else {}
+                span.update_name(f"toolfleet.call {result.function}")
+                tracing.set_call_status(
+                    span,
+                    result.status,
+                    error=result.error,
+                    function=result.function,
+                    call_id=result.call_id,
+                    branch_id=self.branch.id,
+                    worker=last.get("worker"),
+                    attempt=last.get("attempt"),
+                )
+            return unit
 
     async def _transact(self, item: Envelope | MalformedRequestError, index: int = -1) -> Unit:
         branch_id = self.branch.id

@@ -14,8 +14,10 @@ from dispatcher.fleet import Fleet, default_fleet
 from dispatcher.history import BranchHistory, Unit, load_records
 from dispatcher.hooks import HookBus
 from dispatcher.signals import CallbackFailed, HistoryWriteFailed, Signal
+from schemas import tracing
 from schemas.action import ActionResponseModel, CallParams
 from schemas.messages import Message
+from schemas.status import EventStatus
 
 if TYPE_CHECKING:
     from dispatcher.session import Session
@@ -112,7 +114,13 @@ class Branch:
         )
         if not batch.items:
             return []
-        return await batch.run()
+        attributes = {
+            tracing.ATTR_BRANCH_ID: self.id,
+            "toolfleet.calls": len(batch.items),
+            "toolfleet.strategy": strategy,
+        }
+        with tracing.span("toolfleet.act", attributes):
+            return await batch.run()
 
     @classmethod
     async def load(
@@ -148,9 +156,13 @@ class Branch:
                         unit.call_id, str(failure.point), failure.handler, _text(failure.error)
                     )
                 )
-        failure_text = await self._history.write(
-            fleet.redis, fleet.keys, units, record_ttl_s=fleet.settings.record_ttl_s
-        )
+        attributes = {tracing.ATTR_BRANCH_ID: self.id, "toolfleet.calls": len(units)}
+        with tracing.span("toolfleet.history.write", attributes) as span:
+            failure_text = await self._history.write(
+                fleet.redis, fleet.keys, units, record_ttl_s=fleet.settings.record_ttl_s
+            )
+            if failure_text is not None and span is not None:
+                tracing.set_call_status(span, EventStatus.FAILED, error=failure_text)
         if failure_text is not None:
             self._signal(HistoryWriteFailed(units[0].call_id, self.id, failure_text))
         observers = self.session.observers if self.session is not None else ()

@@ -15,6 +15,7 @@ from celery import Celery
 from kombu.exceptions import KombuError, OperationalError
 from kombu.utils.url import maybe_sanitize_url
 
+from schemas import tracing
 from schemas.errors import BrokerError
 from schemas.function_calling import redact
 from schemas.keys import Keys
@@ -72,6 +73,7 @@ def publish_calls(app: Celery, calls: Sequence[tuple[CallMessage, Tool]]) -> Non
                     argsrepr=_argsrepr(message, tool),
                     kwargsrepr="{}",
                     producer=producer,
+                    headers=tracing.trace_headers((message,)),
                     **options,
                 )
     except (OperationalError, KombuError, redis.RedisError, OSError) as exc:

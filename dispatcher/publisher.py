@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 
 from dispatcher.fleet import Fleet
+from schemas import tracing
 from schemas.tool import Tool
 from schemas.wire import CallMessage
 
@@ -31,6 +32,8 @@ class Publisher:
     async def submit(self, message: CallMessage, tool: Tool) -> None:
         loop = asyncio.get_running_loop()
         done: asyncio.Future[None] = loop.create_future()
+        # Here, in the caller's task, the call's span is current; the flusher task is not it.
+        message._trace = tracing.carrier()
         self._buffer.append((message, tool, done))
         if self._flusher is None or self._flusher.done():
             self._flusher = loop.create_task(self._flush())

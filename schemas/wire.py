@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
 from schemas.execution import Execution
 from schemas.status import EventStatus
@@ -27,6 +27,9 @@ class CallMessage(BaseModel):
     reply_to: str | None = None
     # The act() batch (its journal under Keys.batch) this call belongs to; None outside one.
     batch_id: str | None = None
+    # The dispatcher's trace context (schemas.tracing.carrier()): not part of the body, it
+    # travels in the Celery message headers, so a worker's span joins the caller's trace.
+    _trace: dict[str, str] | None = PrivateAttr(default=None)
 
     @field_validator("timeout_s")
     @classmethod

@@ -29,6 +29,7 @@ from celery.worker import state as worker_state
 from kombu.serialization import loads as loads_message
 from kombu.serialization import prepare_accept_content
 
+from schemas import tracing
 from schemas.keys import Keys
 from schemas.status import EventStatus
 from workers.task import Outcome, WorkerRuntime, execute_async, record_if_absent, runtime_for
@@ -268,6 +269,7 @@ class AsyncioPool(BasePool):
                         hostname=hostname,
                         revoked=worker_state.revoked,
                         pool="async",
+                        trace=request_dict.get(tracing.TRACE_HEADER),
                     )
                 runtime_s = time.monotonic() - started
                 self._callbacks.submit(_quiet(self._succeed), task_id, summary, runtime_s, callback)
@@ -291,6 +293,7 @@ class AsyncioPool(BasePool):
                     limit_s=limit_s,
                     cancel_is_final=lambda: task_id in self._user_cancelled,
                     pool="async",
+                    trace=request_dict.get(tracing.TRACE_HEADER),
                 )
         except asyncio.CancelledError:
             if task_id not in self._user_cancelled:

@@ -27,6 +27,7 @@ from celery import Celery, Task
 from kombu.exceptions import KombuError, OperationalError
 from kombu.utils.url import maybe_sanitize_url
 
+from schemas import tracing
 from schemas.errors import BrokerError, ConfigurationError, MalformedRequestError
 from schemas.status import EventStatus
 from schemas.tool import Tool, ToolKind
@@ -91,6 +92,7 @@ def publish_batched(
                         argsrepr=_argsrepr(chunk),
                         kwargsrepr="{}",
                         producer=producer,
+                        headers=tracing.trace_headers(m for m, _ in chunk),
                     )
                     task_ids.append(task_id)
     except (OperationalError, KombuError, redis.RedisError, OSError) as exc:
@@ -109,6 +111,7 @@ async def execute_many_async(
     hostname: str | None = None,
     revoked: Container[str] = frozenset(),
     pool: ToolKind | None = None,
+    trace: Any = None,
 ) -> dict[str, Any]:
     """Run every call of one batch concurrently; each stores and signals its own record.
 
@@ -146,7 +149,7 @@ async def execute_many_async(
             return EventStatus.CANCELLED.value
         # Duck-typed: execute_async uses only registry, heartbeat and async_store().
         outcome = await execute_async(
-            msg, runtime=cast(Any, batch_runtime), hostname=hostname, pool=pool
+            msg, runtime=cast(Any, batch_runtime), hostname=hostname, pool=pool, trace=trace
         )
         return str(outcome.status.value)
 
@@ -348,6 +351,7 @@ def register_execute_many_task(app: Celery) -> Task:
                 hostname=self.request.hostname,
                 revoked=state.revoked,
                 pool="sync",
+                trace=getattr(self.request, tracing.TRACE_HEADER, None),
             )
         )
         return summary

@@ -11,6 +11,7 @@ import builtins
 import contextvars
 import os
 import socket
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from kombu.utils.url import maybe_sanitize_url
 from pydantic import ValidationError
 
 import schemas.errors as toolfleet_errors
+from schemas import tracing
 from schemas.contract import safe_text
 from schemas.errors import (
     BrokerError,
@@ -139,6 +141,7 @@ async def execute_async(
     limit_s: float | None = None,
     cancel_is_final: Callable[[], bool] = lambda: True,
     pool: ToolKind | None = None,
+    trace: Any = None,
 ) -> Outcome:
     """Run one call with C7 idempotency and worker-loss detection; store and signal its record.
 
@@ -146,9 +149,39 @@ async def execute_async(
     CANCELLED when ``cancel_is_final()`` (a user cancel); otherwise (worker shutdown) it
     propagates and leaves the started marker, so a redelivery applies the worker-lost rule.
     ``pool`` is the kind of pool running this (None skips the kind check, workers.guard).
+    ``trace``: the message's ``schemas.tracing.TRACE_HEADER`` value, so the worker's span
+    joins the dispatcher's trace.
     """
     msg = _parse(message)
     host = hostname or _default_hostname()
+    parent = tracing.parent_of(trace, msg.call_id)
+    with tracing.span(
+        f"toolfleet.worker {msg.function}",
+        {
+            tracing.ATTR_FUNCTION: msg.function,
+            tracing.ATTR_CALL_ID: msg.call_id,
+            tracing.ATTR_ATTEMPT: msg.attempt,
+            tracing.ATTR_WORKER: host,
+        },
+        kind="consumer",
+        parent=parent,
+    ) as span:
+        sent_ns = tracing.sent_ns(parent)
+        if sent_ns is not None:
+            tracing.child_span("toolfleet.queue_wait", span, sent_ns, time.time_ns())
+        outcome = await _execute_recorded(msg, runtime, host, limit_s, cancel_is_final, pool)
+        tracing.set_call_status(span, outcome.status, error=_error_of(outcome.result))
+        return outcome
+
+
+async def _execute_recorded(
+    msg: CallMessage,
+    runtime: WorkerRuntime,
+    host: str,
+    limit_s: float | None,
+    cancel_is_final: Callable[[], bool],
+    pool: ToolKind | None,
+) -> Outcome:
     token = current_call.set(msg)
     try:
         return await _execute(msg, runtime, host, limit_s, cancel_is_final, pool)
@@ -162,6 +195,13 @@ async def execute_async(
         )
     finally:
         current_call.reset(token)
+
+
+def _error_of(result: CallResult) -> str | None:
+    error = result.execution.get("error")
+    if isinstance(error, dict):
+        return str(error.get("error") or "")
+    return None if error is None else str(error)
 
 
 async def _execute(
@@ -234,7 +274,9 @@ async def _run_tool(
     except Exception as exc:  # construction errors are raised by design; here they are data
         return await _finish_failed(store, msg, tool, exc, hostname)
     try:
-        await call.invoke()
+        attributes = {tracing.ATTR_FUNCTION: tool.function}
+        with tracing.span(f"toolfleet.tool {tool.function}", attributes):
+            await call.invoke()
     except BaseException:
         if not cancel_is_final():
             raise
@@ -256,7 +298,9 @@ async def _run_tool(
         worker=hostname,
         batch_id=msg.batch_id,
     )
-    if await asyncio.shield(store.finish(result, msg.reply_to)) is False:
+    with tracing.span("toolfleet.record", {tracing.ATTR_CALL_ID: msg.call_id}):
+        written = await asyncio.shield(store.finish(result, msg.reply_to))
+    if written is False:
         # Someone recorded this attempt first (a revoke): that record is the outcome.
         return await _stored_outcome(store, msg, result)
     if call.status is EventStatus.FAILED:
@@ -374,6 +418,7 @@ def register_execute_task(app: Celery) -> Task:
                     hostname=self.request.hostname,
                     limit_s=soft_s or hard_s,
                     pool="sync",
+                    trace=getattr(self.request, tracing.TRACE_HEADER, None),
                 )
             )
         except SoftTimeLimitExceeded:

@@ -7,6 +7,9 @@ import os
 import sys
 from typing import Any
 
+from celery import signals
+
+from schemas import tracing
 from schemas.settings import ENV_PREFIX, Settings
 
 __all__ = ["ASYNC_POOL", "default_concurrency", "register", "run_worker"]
@@ -135,6 +138,10 @@ def run_worker(
 
     # Before Celery starts, so a bad module is a one-line ConfigurationError (exit 2).
     registry.load_modules(settings.tools)
+    if tracing.configure_from_env(f"toolfleet-worker-{kind}"):
+        # Spans are exported in batches: flush what is left when a process ends.
+        signals.worker_process_shutdown.connect(_flush_spans, weak=False)
+        signals.worker_shutdown.connect(_flush_spans, weak=False)
     app = create_app(settings, registry=registry)
     queue = settings.sync_queue if kind == "sync" else settings.async_queue
     if kind == "async":
@@ -161,3 +168,7 @@ def run_worker(
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else 0
     return 0
+
+
+def _flush_spans(**_: object) -> None:
+    tracing.flush()
