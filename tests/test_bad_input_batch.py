@@ -2,9 +2,11 @@
 
 Every generated batch mixes bad calls of every kind (malformed envelopes, unknown tools,
 arguments that are not JSON, wrong types for a request model, oversized and deeply nested
-arguments) with one valid call. Each bad call gets its own specific error and nothing is
-enqueued for it; the dispatcher never crashes; the valid call completes; every call has its
-linked request/response pair, in input order.
+arguments; since issue 13 also lone surrogates, non-string keys, integers past 64 bits and
+values whose repr() raises, in arguments and in function names) with valid calls. Each bad
+call gets its own specific error and nothing is enqueued for it; the dispatcher never
+crashes; every valid call completes; every call has its linked request/response pair, in
+input order, in memory and in Redis.
 """
 
 from __future__ import annotations
@@ -119,7 +121,52 @@ too_deep = st.integers(150, 3000).map(
     )
 )
 
-bad_calls = st.one_of(malformed, unknown_tool, non_json_arguments, wrong_types, oversized, too_deep)
+# Issue 13: values that used to escape the per-call checks and fail the whole batch.
+surrogate = st.builds(
+    lambda head, code, tail: head + chr(code) + tail,
+    st.text(max_size=4),
+    st.integers(0xD800, 0xDFFF),
+    st.text(max_size=4),
+)
+
+
+class RaisingRepr:
+    def __repr__(self) -> str:
+        raise RuntimeError("no repr")
+
+
+hostile_value = st.one_of(
+    surrogate.map(lambda t: (t, "lone surrogate U+")),
+    surrogate.map(lambda t: ({"k": [t]}, "lone surrogate U+")),
+    surrogate.map(lambda t: ({t: 1}, "lone surrogate U+")),
+    st.integers(1, 3).map(lambda k: ({k: "x"}, "not a string")),
+    st.integers(64, 20_000).map(lambda bits: (2**bits, "64-bit range")),
+    st.integers(64, 20_000).map(lambda bits: ([-(2**bits)], "64-bit range")),
+    st.just((RaisingRepr(), "RaisingRepr is not JSON")),
+)
+
+hostile_arguments = hostile_value.map(
+    lambda vs: Bad({"function": "echo", "arguments": {"value": vs[0]}}, "NotJSONError", vs[1])
+)
+
+hostile_unknown_tool = st.one_of(
+    surrogate.map(lambda name: Bad({"function": name, "arguments": {}}, "UnknownToolError")),
+    hostile_value.map(
+        lambda vs: Bad({"function": "no_such_tool", "arguments": {"v": vs[0]}}, "UnknownToolError")
+    ),
+    st.just(Bad({"function": "no_such_tool", "arguments": {1: "x"}}, "UnknownToolError")),
+)
+
+bad_calls = st.one_of(
+    malformed,
+    unknown_tool,
+    non_json_arguments,
+    wrong_types,
+    oversized,
+    too_deep,
+    hostile_arguments,
+    hostile_unknown_tool,
+)
 
 
 @pytest.fixture(scope="module")
@@ -155,6 +202,8 @@ def test_each_bad_call_fails_alone_with_its_own_error_and_the_batch_completes(
     valid_at = min(valid_at, len(bad))
     requests: list[Any] = [b.request for b in bad]
     requests.insert(valid_at, {"function": "echo", "arguments": {"value": "still here"}})
+    # A second valid call after every bad one: all valid results must be present.
+    requests.append({"function": "echo", "arguments": {"value": "still here"}})
     branch = Branch(fleet=fleet)
 
     results = loop.run_until_complete(asyncio.wait_for(branch.act(requests), 30))
@@ -162,6 +211,7 @@ def test_each_bad_call_fails_alone_with_its_own_error_and_the_batch_completes(
     assert len(results) == len(requests)
     expected: list[Bad | None] = [*bad]
     expected.insert(valid_at, None)
+    expected.append(None)
     for result, want in zip(results, expected, strict=True):
         if want is None:
             assert result.status is EventStatus.COMPLETED
@@ -181,4 +231,6 @@ def test_each_bad_call_fails_alone_with_its_own_error_and_the_batch_completes(
         branch.events, default=str
     )
     assert SECRET not in recorded
+    loaded = loop.run_until_complete(asyncio.wait_for(Branch.load(branch.id, fleet=fleet), 10))
+    assert [m.id for m in loaded.messages] == [m.id for m in messages]
     assert all(SECRET not in (r.error or "") for r in results)
