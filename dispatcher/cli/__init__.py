@@ -44,12 +44,22 @@ def build_parser() -> argparse.ArgumentParser:
         "  toolfleet worker --kind sync --tools mytools\n",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"toolfleet {_version()}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module_name in _COMMAND_MODULES:
         register: Callable[[argparse._SubParsersAction[Any]], None]
         register = importlib.import_module(module_name).register
         register(subparsers)
     return parser
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("toolfleet")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown (not installed)"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

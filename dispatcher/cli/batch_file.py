@@ -3,16 +3,40 @@
 A malformed line is kept as a :class:`BatchLine` carrying its error, so the batch still runs
 and the line still gets a result in its place. Blank lines and lines starting with ``#`` are
 skipped.
+
+The file is read as bytes, one line at a time (issue 13): a line that is not UTF-8, nested too
+deep, holds a number Python refuses to convert, or is longer than the line limit (refused
+before it is read whole) is a malformed line on its own line number. A file in UTF-16 or
+UTF-32 is refused as a whole, naming its encoding; a UTF-8 byte order mark is skipped.
 """
 
 from __future__ import annotations
 
+import codecs
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, BinaryIO
 
-__all__ = ["BatchLine", "parse_batch", "parse_line"]
+from schemas.contract import safe_repr
+from schemas.errors import ConfigurationError
+
+__all__ = [
+    "UTF8_BOM_NOTE",
+    "BatchLine",
+    "parse_batch",
+    "parse_batch_bytes",
+    "parse_line",
+]
+
+UTF8_BOM_NOTE = "the file starts with a UTF-8 byte order mark; it was skipped"
+_WIDE_BOMS = (
+    (codecs.BOM_UTF32_LE, "UTF-32 (little-endian, with a byte order mark)"),
+    (codecs.BOM_UTF32_BE, "UTF-32 (big-endian, with a byte order mark)"),
+    (codecs.BOM_UTF16_LE, "UTF-16 (little-endian, with a byte order mark)"),
+    (codecs.BOM_UTF16_BE, "UTF-16 (big-endian, with a byte order mark)"),
+)
+_SKIP_CHUNK_BYTES = 1 << 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +61,18 @@ def parse_line(line_no: int, text: str) -> BatchLine:
         return BatchLine(
             line_no, error=f"line {line_no}: not JSON ({exc.msg} at column {exc.colno})"
         )
+    except RecursionError:
+        return BatchLine(
+            line_no,
+            error=f"line {line_no}: nested too deeply to read; flatten the arguments, or pass "
+            "a reference (a path or URL) instead",
+        )
+    except ValueError as exc:  # e.g. an integer over Python's 4300-digit conversion limit
+        return BatchLine(
+            line_no,
+            error=f"line {line_no}: holds a number that cannot be read ({exc}); pass a "
+            "number that large as a string",
+        )
     if not isinstance(value, dict):
         return BatchLine(
             line_no,
@@ -47,7 +83,8 @@ def parse_line(line_no: int, text: str) -> BatchLine:
     if not isinstance(function, str) or not function:
         return BatchLine(
             line_no,
-            error=f'line {line_no}: "function" must be a non-empty string, got {function!r}',
+            error=f'line {line_no}: "function" must be a non-empty string, got '
+            f"{safe_repr(function)}",
         )
     arguments = value.get("arguments", {})
     if not isinstance(arguments, dict):
@@ -78,3 +115,85 @@ def parse_batch(lines: Iterable[str]) -> list[BatchLine]:
             continue
         batch.append(parse_line(line_no, text))
     return batch
+
+
+def parse_batch_bytes(
+    handle: BinaryIO, *, max_line_bytes: int, notes: list[str] | None = None
+) -> list[BatchLine]:
+    """Every non-blank, non-comment line of a binary file, in input order.
+
+    Raises ConfigurationError for a UTF-16/UTF-32 file; appends to ``notes`` what a reader
+    should know (a skipped UTF-8 byte order mark).
+    """
+    batch: list[BatchLine] = []
+    for line_no, raw, too_long in _lines(handle, max_line_bytes):
+        if line_no == 1:
+            raw = _strip_bom(raw, notes)
+        if too_long is not None:
+            batch.append(
+                BatchLine(
+                    line_no,
+                    error=f"line {line_no}: {too_long} bytes, over the {max_line_bytes}"
+                    "-byte line limit (twice TOOLFLEET_MAX_ARGUMENT_BYTES); pass a reference "
+                    "(a path or URL) instead of the data",
+                )
+            )
+            continue
+        try:
+            text = raw.decode("utf-8").strip()
+        except UnicodeDecodeError as exc:
+            batch.append(
+                BatchLine(
+                    line_no,
+                    error=f"line {line_no}: not UTF-8 (byte 0x{raw[exc.start]:02x} at byte "
+                    f"{exc.start + 1}); save the file as UTF-8",
+                )
+            )
+            continue
+        if not text or text.startswith("#"):
+            continue
+        batch.append(parse_line(line_no, text))
+    return batch
+
+
+def _lines(handle: BinaryIO, max_line_bytes: int) -> Iterator[tuple[int, bytes, int | None]]:
+    """``(line number, bytes, None)``, or ``(n, b"", size read)`` for a line over the limit,
+    whose rest is skipped without being held in memory."""
+    line_no = 0
+    while True:
+        raw = handle.readline(max_line_bytes + 1)
+        if not raw:
+            return
+        line_no += 1
+        if len(raw) > max_line_bytes and not raw.endswith(b"\n"):
+            size = len(raw)
+            while True:
+                chunk = handle.readline(_SKIP_CHUNK_BYTES)
+                size += len(chunk)
+                if not chunk or chunk.endswith(b"\n"):
+                    break
+            yield line_no, b"", size
+            continue
+        yield line_no, raw, None
+
+
+def _strip_bom(raw: bytes, notes: list[str] | None) -> bytes:
+    for bom, name in _WIDE_BOMS:
+        if raw.startswith(bom):
+            raise ConfigurationError(
+                f"the BATCH file is {name}, not UTF-8; convert it first, e.g. "
+                "`iconv -f UTF-16 -t UTF-8 calls.jsonl > calls-utf8.jsonl`"
+            )
+    if len(raw) >= 2 and (raw[1:2] == b"\0" or raw[0:1] == b"\0"):
+        # '{' followed by NUL: UTF-16 without a byte order mark.
+        order = "little" if raw[1:2] == b"\0" else "big"
+        raise ConfigurationError(
+            f"the BATCH file looks like UTF-16 ({order}-endian, no byte order mark), not "
+            "UTF-8; convert it first, e.g. `iconv -f UTF-16 -t UTF-8 calls.jsonl > "
+            "calls-utf8.jsonl`"
+        )
+    if raw.startswith(codecs.BOM_UTF8):
+        if notes is not None:
+            notes.append(UTF8_BOM_NOTE)
+        return raw[len(codecs.BOM_UTF8) :]
+    return raw

@@ -13,11 +13,11 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, BinaryIO, TextIO
 
 from rich.console import Console
 
-from dispatcher.cli.batch_file import BatchLine, parse_batch
+from dispatcher.cli.batch_file import BatchLine, parse_batch_bytes
 from dispatcher.cli.call_record import CallRecord
 from dispatcher.cli.progress import BatchProgress, render_results, render_summary
 from schemas.errors import ConfigurationError, ToolfleetError
@@ -137,21 +137,36 @@ def _split_modules(values: Sequence[str]) -> tuple[str, ...]:
     return tuple(m.strip() for value in values for m in value.split(",") if m.strip())
 
 
-def read_batch(source: str, stdin: TextIO | None = None) -> list[BatchLine]:
-    """The lines of ``source`` (a path, or ``-`` for stdin), parsed."""
+def read_batch(
+    source: str,
+    stdin: BinaryIO | None = None,
+    *,
+    max_line_bytes: int | None = None,
+    notes: list[str] | None = None,
+) -> list[BatchLine]:
+    """The lines of ``source`` (a path, or ``-`` for stdin), read as bytes and parsed."""
+    if max_line_bytes is None:
+        from schemas.settings import Settings
+
+        max_line_bytes = 2 * Settings.from_env().max_argument_bytes + 4096
     if source == "-":
-        return parse_batch(stdin if stdin is not None else sys.stdin)
+        return parse_batch_bytes(
+            stdin if stdin is not None else sys.stdin.buffer,
+            max_line_bytes=max_line_bytes,
+            notes=notes,
+        )
     path = Path(source)
     try:
-        with path.open(encoding="utf-8") as handle:
-            return parse_batch(handle)
+        with path.open("rb") as handle:
+            return parse_batch_bytes(handle, max_line_bytes=max_line_bytes, notes=notes)
     except FileNotFoundError:
         raise ConfigurationError(
             f"BATCH file {source!r} does not exist; pass a JSONL file or - for stdin"
         ) from None
-    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
+    except (IsADirectoryError, PermissionError) as exc:
         raise ConfigurationError(
-            f"BATCH file {source!r} cannot be read ({exc}); pass a readable UTF-8 JSONL file"
+            f"BATCH file {source!r} cannot be read ({exc.strerror}); pass a readable UTF-8 "
+            "JSONL file"
         ) from None
 
 
@@ -189,7 +204,12 @@ def _run(args: argparse.Namespace) -> int:
         raise ConfigurationError(
             "no tool modules: pass --tools MODULE or set TOOLFLEET_TOOLS=module[,module]"
         )
-    lines = read_batch(args.batch)
+    notes: list[str] = []
+    lines = read_batch(
+        args.batch, max_line_bytes=2 * settings.max_argument_bytes + 4096, notes=notes
+    )
+    for note in notes:
+        print(f"toolfleet run: note: {note}", file=sys.stderr)
     _importable_cwd()
     # Import the tools here first: a wrong module name is a one-line error before any
     # process starts (the workers would fail on it too, after seconds).
