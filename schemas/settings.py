@@ -6,7 +6,7 @@ import difflib
 import os
 import warnings
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -52,6 +52,12 @@ class Settings(BaseModel):
     outage_limit_s: float = Field(default=120.0, gt=0)
     # Where the embedded default keeps its Redis socket, logs and Flower state.
     run_dir: str | None = None
+    # Task events (Flower's view of each call) cost a PUBLISH per event: "monitor" sends them
+    # only while a monitor renews its enable_events lease; "always" sends them unconditionally.
+    task_events: Literal["monitor", "always"] = "monitor"
+    # How long one enable_events broadcast keeps a worker's task events on (Flower renews
+    # every 5 s); after the monitor leaves, events turn off within this many seconds.
+    monitor_lease_s: float = Field(default=30.0, gt=0)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+import redis
 
 from dispatcher import Branch, Fleet, HookPoint
 from dispatcher.cli.flower import STATE_FILE_NAME
@@ -24,6 +25,7 @@ from schemas.settings import Settings
 from schemas.status import EventStatus
 from tests.fleet import WorkerProcess, wait_for
 from tests.test_flower_cli import FlowerProcess, http_get, start_flower, stop_flower
+from workers.monitor import live_leases
 
 pytestmark = pytest.mark.usefixtures("sync_worker", "async_worker")
 
@@ -93,6 +95,19 @@ def observed(
             interval_s=0.2,
             what=f"Flower to receive heartbeats from {worker.hostname}",
         )
+    # Task events are off until a monitor asks: toolfleet flower asks as it starts, and each
+    # worker records its lease; only then are the calls' events sure to be sent.
+    client = redis.Redis.from_url(fleet_settings.broker_url or "")
+    try:
+        wait_for(
+            lambda: {w.hostname for w in workers.values()}
+            <= set(live_leases(client, fleet_settings.key("monitor"))),
+            timeout_s=_FLOWER_EVENTS_TIMEOUT_S,
+            interval_s=0.1,
+            what="both workers to take the monitor lease Flower asked for",
+        )
+    finally:
+        client.close()
 
     async def act() -> tuple[str, list[ActionResponseModel]]:
         async with Fleet(fleet_settings) as fleet:

@@ -16,11 +16,17 @@ from dispatcher.enqueue import cancel_running, publish_calls
 from schemas.keys import Keys
 from schemas.status import EventStatus
 from tests.fleet import WorkerProcess, collect_replies, make_call, run_calls, wait_for
+from workers.monitor import live_leases, monitor_key
 from workers.registry import registry
 
 
 @pytest.fixture()
-def flower_state(celery_app: Celery) -> Iterator[State]:
+def flower_state(
+    celery_app: Celery,
+    redis_client: redis.Redis,
+    sync_worker: WorkerProcess,
+    async_worker: WorkerProcess,
+) -> Iterator[State]:
     """Task events captured from the broker as Flower captures them."""
     state = State()
     events: list[dict[str, object]] = []
@@ -51,6 +57,15 @@ def flower_state(celery_app: Celery) -> Iterator[State]:
             timeout_s=10,
             what="the event receiver to subscribe",
         )
+    # Like Flower, ask the workers for task events (off until a monitor asks, issue 16), and
+    # wait until both hold the lease, so every event of the test's calls is sent.
+    celery_app.control.enable_events()
+    wait_for(
+        lambda: {sync_worker.hostname, async_worker.hostname}
+        <= set(live_leases(redis_client, monitor_key(celery_app))),
+        timeout_s=10,
+        what="both workers to take the monitor lease",
+    )
     yield state
     for receiver in receivers:
         receiver.should_stop = True  # type: ignore[attr-defined]

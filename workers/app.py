@@ -43,7 +43,14 @@ class ShadowNamedAMQP(AMQP):
     def as_task_v2(self, task_id: str, name: str, *args: Any, **kwargs: Any) -> Any:
         message = super().as_task_v2(task_id, name, *args, **kwargs)
         shadow = message.headers.get("shadow")
-        if shadow and message.sent_event is not None:
+        if message.sent_event is None:
+            return message
+        from workers.monitor import is_watched
+
+        if not is_watched(self.app):
+            # Nobody watches: a task-sent event would be a PUBLISH no one receives.
+            return message._replace(sent_event=None)
+        if shadow:
             message.sent_event["name"] = shadow
         return message
 
@@ -65,8 +72,9 @@ def create_app(settings: Settings, *, registry: Registry = registry) -> Celery:
         event_serializer="json",
         accept_content=["json"],
         result_accept_content=["json"],
-        worker_send_task_events=True,
-        task_send_sent_event=True,
+        # "monitor": off until a monitor's enable_events lease turns them on (workers.monitor).
+        worker_send_task_events=settings.task_events == "always",
+        task_send_sent_event=True,  # gated per message by ShadowNamedAMQP
         task_track_started=True,
         task_acks_late=True,
         task_reject_on_worker_lost=True,
@@ -82,7 +90,10 @@ def create_app(settings: Settings, *, registry: Registry = registry) -> Celery:
     app.toolfleet_settings = settings
     app.toolfleet_registry = registry
 
+    from workers.monitor import install_enable_events
     from workers.task import register_execute_task  # the task module needs the app helpers
+
+    install_enable_events()
 
     register_execute_task(app)
     from workers.batch import register_execute_many_task  # opt-in batching (issue 8)

@@ -159,8 +159,9 @@ def run_worker(
         loglevel,
         "--hostname",
         hostname,
-        "--task-events",
     ]
+    if settings.task_events == "always":
+        argv.append("--task-events")  # else off until a monitor's lease (workers.monitor)
     if kind == "sync":
         argv += ["--pool", "prefork"]
     try:

@@ -217,6 +217,11 @@ def _serve(celery_app: Any, argv: list[str]) -> None:
         file=sys.stderr,
         flush=True,
     )
+    if options.enable_events:
+        # Flower's own enable_events timer first fires after 5 s; ask at once, so the
+        # workers' task events (off until a monitor asks, workers.monitor) flow from the
+        # start. Run on the loop, after Flower's event receiver has started listening.
+        flower_app.io_loop.add_callback(flower_app.events.on_enable_events)
     try:
         flower_app.start()
     except (KeyboardInterrupt, SystemExit):

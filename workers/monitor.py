@@ -1,0 +1,175 @@
+"""Task events only while a monitor watches: the lease behind ``enable_events``.
+
+Celery's task events (task-sent/received/started/succeeded/failed) cost a Redis PUBLISH each,
+four or five per call, whether or not anyone listens. With ``TOOLFLEET_TASK_EVENTS=monitor``
+(the default) workers start with task events off. A monitor turns them on the way Celery
+monitors always have: by broadcasting ``enable_events`` (Flower does it every 5 s, ``toolfleet
+flower`` also once at start, ``celery control enable_events`` by hand). Each broadcast renews a
+*lease* of ``TOOLFLEET_MONITOR_LEASE_S``; when no monitor renews it in time, the worker turns
+its task events off again.
+
+Dispatchers learn about the monitor from the workers: a worker holding a lease records it in
+the hash ``Keys.monitor()`` (hostname → lease expiry, epoch seconds), and the dispatcher sends
+task-sent events only while some lease there is live (:func:`is_watched`, re-read at most once
+a second). ``TOOLFLEET_TASK_EVENTS=always`` keeps every event on, as plain Celery with ``-E``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+import redis
+from celery import Celery
+from celery.worker.control import Panel, control_command
+
+__all__ = [
+    "CHECK_EVERY_S",
+    "WATCH_CACHE_S",
+    "MonitorLease",
+    "install_enable_events",
+    "is_watched",
+    "live_leases",
+    "monitor_key",
+]
+
+log = logging.getLogger(__name__)
+
+# How often a dispatcher re-reads the monitor hash (one HGETALL), not once per call.
+WATCH_CACHE_S = 1.0
+# How often a worker holding a lease checks whether it lapsed.
+CHECK_EVERY_S = 1.0
+
+# Celery's own handler, kept before ours replaces it in the (process-global) registry.
+_celery_enable_events = Panel.data["enable_events"]
+
+
+def monitor_key(app: Celery) -> str:
+    """The hash of live monitor leases for ``app``'s fleet (hostname → expiry, epoch s)."""
+    from workers.app import settings_of
+
+    return settings_of(app).key("monitor")
+
+
+def _redis_for(app: Celery) -> redis.Redis:
+    client: redis.Redis | None = getattr(app, "toolfleet_monitor_redis", None)
+    if client is None:
+        from workers.app import redis_url_of
+
+        client = redis.Redis.from_url(redis_url_of(app), socket_timeout=5.0)
+        app.toolfleet_monitor_redis = client
+    return client
+
+
+class MonitorLease:
+    """One worker's task-event lease: renewed by ``enable_events``, lapses after ``lease_s``."""
+
+    def __init__(self, consumer: Any, lease_s: float) -> None:
+        self.consumer = consumer
+        self.lease_s = lease_s
+        self.expires_at = 0.0  # time.monotonic()
+        self._timer_started = False
+
+    def renew(self) -> None:
+        self.expires_at = time.monotonic() + self.lease_s
+        self._publish()
+        if not self._timer_started:
+            # The consumer's timer runs in the worker's main process, where events are sent.
+            self.consumer.timer.call_repeatedly(CHECK_EVERY_S, self.check)
+            self._timer_started = True
+
+    def check(self) -> None:
+        """Turn task events off once the lease lapsed (the monitor left or stopped renewing)."""
+        if time.monotonic() < self.expires_at:
+            return
+        dispatcher = self.consumer.event_dispatcher
+        if dispatcher is not None and "task" in (dispatcher.groups or ()):
+            dispatcher.groups.discard("task")
+            log.info(
+                "No monitor renewed the task-event lease within %gs: task events off "
+                "(TOOLFLEET_TASK_EVENTS=always keeps them on)",
+                self.lease_s,
+            )
+            self._retract()
+
+    def _publish(self) -> None:
+        app = self.consumer.app
+        key = monitor_key(app)
+        expires_at = time.time() + self.lease_s
+        try:
+            pipe = _redis_for(app).pipeline(transaction=True)
+            pipe.hset(key, self.consumer.hostname, repr(expires_at))
+            pipe.expire(key, max(1, int(self.lease_s) + 1))
+            pipe.execute()
+        except (redis.RedisError, OSError) as exc:
+            # The worker's own events are on regardless; only dispatchers' task-sent waits.
+            log.warning("could not record the monitor lease in Redis: %s", exc)
+
+    def _retract(self) -> None:
+        app = self.consumer.app
+        try:
+            _redis_for(app).hdel(monitor_key(app), self.consumer.hostname)
+        except (redis.RedisError, OSError) as exc:
+            log.warning("could not remove the monitor lease from Redis: %s", exc)
+
+
+def _toolfleet_settings(consumer: Any) -> Any:
+    return getattr(getattr(consumer, "app", None), "toolfleet_settings", None)
+
+
+@control_command(name="enable_events")
+def _enable_events(state: Any) -> Any:
+    """Tell worker(s) to send task-related events (for a lease, on toolfleet workers)."""
+    reply = _celery_enable_events(state)
+    consumer = state.consumer
+    settings = _toolfleet_settings(consumer)
+    if settings is None or settings.task_events != "monitor":
+        return reply  # another app's worker, or events always on: Celery's behaviour
+    lease: MonitorLease | None = getattr(consumer, "toolfleet_lease", None)
+    if lease is None:
+        lease = consumer.toolfleet_lease = MonitorLease(consumer, settings.monitor_lease_s)
+    lease.renew()
+    return reply
+
+
+def install_enable_events() -> None:
+    """Make sure our ``enable_events`` is the registered one (importing this module does it)."""
+    Panel.data["enable_events"] = _enable_events
+
+
+def live_leases(client: redis.Redis, key: str, now_s: float | None = None) -> dict[str, float]:
+    """Worker hostname → lease expiry (epoch s) of every lease still live in ``key``."""
+    now_s = time.time() if now_s is None else now_s
+    live: dict[str, float] = {}
+    for host, raw in client.hgetall(key).items():
+        try:
+            expires_at = float(raw)
+        except ValueError:
+            continue
+        if expires_at > now_s:
+            live[host.decode() if isinstance(host, bytes) else str(host)] = expires_at
+    return live
+
+
+_watch_lock = threading.Lock()
+
+
+def is_watched(app: Celery) -> bool:
+    """Whether a monitor watches ``app``'s fleet now (dispatcher side, cached WATCH_CACHE_S)."""
+    settings = getattr(app, "toolfleet_settings", None)
+    if settings is None or settings.task_events == "always":
+        return True
+    with _watch_lock:
+        cached: tuple[float, bool] | None = getattr(app, "toolfleet_watched", None)
+        now = time.monotonic()
+        if cached is not None and now - cached[0] < WATCH_CACHE_S:
+            return cached[1]
+        try:
+            watched = bool(live_leases(_redis_for(app), monitor_key(app)))
+        except (redis.RedisError, OSError):
+            # The publish that follows will report the broker; without it, send the event.
+            watched = True
+        app.toolfleet_watched = (now, watched)
+        return watched
