@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 from dispatcher.cancel import Settler, cancelled_error, settle_calls, stopped_result
-from dispatcher.context import CallContext
+from dispatcher.context import CallContext, call_id_for, new_call_id
 from dispatcher.deadline import Deadline
 from dispatcher.envelope import Envelope, normalize
 from dispatcher.history import Unit, link_pair
@@ -109,9 +109,21 @@ class Batch:
         if not isinstance(requests, list | tuple):
             requests = [requests]
         items: list[Envelope | MalformedRequestError] = []
-        for request in requests:
+        seen: dict[str, int] = {}
+        for index, request in enumerate(requests):
             try:
-                items.append(normalize(request))
+                item = normalize(request)
+                if item.tool_call_id is not None:
+                    first = seen.setdefault(item.tool_call_id, index)
+                    if first != index:
+                        # One id, one result: the provider could not pair two answers.
+                        duplicate = MalformedRequestError(
+                            f"tool_call_id {item.tool_call_id!r} of call {index} already names "
+                            f"call {first} of this batch; give each call its own id"
+                        )
+                        duplicate.tool_call_id = item.tool_call_id
+                        raise duplicate
+                items.append(item)
             except MalformedRequestError as exc:
                 if not self.suppress:
                     raise  # before anything in the batch is enqueued
@@ -266,14 +278,13 @@ class Batch:
     async def _transact(self, item: Envelope | MalformedRequestError, index: int = -1) -> Unit:
         branch_id = self.branch.id
         if isinstance(item, MalformedRequestError):
-            ctx = CallContext(function="", arguments={}, branch_id=branch_id)
-            return self._aborted(ctx, item, hook=False)
+            return self._aborted(_context(item, branch_id, "", {}), item, hook=False)
         try:
-            tool = self.fleet.tool(item.function)
+            tool = self._tool_for(item)
             arguments = normalize_arguments(tool, item.arguments)
         except Exception as exc:
             return self._aborted(self._refused_context(item), _refusal(item, exc))
-        ctx = CallContext(item.function, arguments, branch_id, tool=tool)
+        ctx = _context(item, branch_id, item.function, arguments, tool)
         self._contexts[index] = ctx
         if self.verbose:
             log.info(
@@ -334,14 +345,8 @@ class Batch:
 
     async def _execute_once(self, ctx: CallContext, attempt: int) -> CallResult:
         assert ctx.tool is not None
-        message = CallMessage(
-            call_id=ctx.call_id,
-            branch_id=ctx.branch_id,
-            function=ctx.function,
-            arguments=ctx.arguments,
-            timeout_s=self.params.timeout_s,
-            attempt=attempt,
-            reply_to=self.fleet.reply_key,
+        message = _message(
+            ctx, timeout_s=self.params.timeout_s, attempt=attempt, reply_to=self.fleet.reply_key
         )
         if self._deadline.expired():
             # The batch deadline passed while this call waited for the window: never enqueued.
@@ -386,12 +391,7 @@ class Batch:
                 if ctx is None:
                     units[index] = self._unstarted_unit(self.items[index])
                     continue
-                message = self._inflight.get(ctx.call_id) or CallMessage(
-                    call_id=ctx.call_id,
-                    branch_id=ctx.branch_id,
-                    function=ctx.function,
-                    arguments=ctx.arguments,
-                )
+                message = self._inflight.get(ctx.call_id) or _message(ctx)
                 stopped.append((index, ctx, message))
             records = await settle_calls(
                 self.fleet,
@@ -411,16 +411,14 @@ class Batch:
         """The unit of a call cancelled before its transaction began (it waited for the window)."""
         branch_id = self.branch.id
         if isinstance(item, MalformedRequestError):
-            return self._aborted(CallContext("", {}, branch_id), item, hook=False)
+            return self._aborted(_context(item, branch_id, "", {}), item, hook=False)
         try:
-            tool = self.fleet.tool(item.function)
+            tool = self._tool_for(item)
             arguments = normalize_arguments(tool, item.arguments)
         except Exception as exc:
             return self._aborted(self._refused_context(item), _refusal(item, exc))
-        ctx = CallContext(item.function, arguments, branch_id, tool=tool)
-        message = CallMessage(
-            call_id=ctx.call_id, branch_id=branch_id, function=ctx.function, arguments=arguments
-        )
+        ctx = _context(item, branch_id, item.function, arguments, tool)
+        message = _message(ctx)
         result = stopped_result(message, tool, cancelled_error(message), EventStatus.CANCELLED)
         return self._finished(ctx, result, [self._record(ctx, result)])
 
@@ -434,10 +432,16 @@ class Batch:
             raw = {}
         if item.function in self.fleet.registry:
             known = self.fleet.tool(item.function)
-            return CallContext(function, raw, self.branch.id, tool=known)
+            return _context(item, self.branch.id, function, raw, known)
         # No tool, no list of secret arguments: keep the names, hide every value.
         hidden = to_jsonable(dict.fromkeys(raw, REDACTED))
-        return CallContext(function, hidden if isinstance(hidden, dict) else {}, self.branch.id)
+        return _context(item, self.branch.id, function, hidden if isinstance(hidden, dict) else {})
+
+    def _tool_for(self, item: Envelope) -> Any:
+        if item.arguments_error is not None:
+            # JSON-string arguments that did not decode: this call's error alone.
+            raise ArgumentValidationError(item.arguments_error)
+        return self.fleet.tool(item.function)
 
     async def _throttle(self) -> None:
         period_s = self.params.throttle_period_s
@@ -457,6 +461,7 @@ class Batch:
         return {
             **result.event,
             "call_id": ctx.call_id,
+            "tool_call_id": ctx.tool_call_id,
             "branch_id": ctx.branch_id,
             "attempt": result.attempt,
             "worker": result.worker,
@@ -518,6 +523,7 @@ class Batch:
             "function": ctx.function,
             "arguments": arguments,
             "call_id": ctx.call_id,
+            "tool_call_id": ctx.tool_call_id,
             "branch_id": ctx.branch_id,
             "attempt": len(events or ()),
             "worker": None,
@@ -539,6 +545,45 @@ class Batch:
                 "branch_id": ctx.branch_id,
             },
         )
+
+
+def _context(
+    item: Envelope | MalformedRequestError,
+    branch_id: str | None,
+    function: str,
+    arguments: dict[str, Any],
+    tool: Any = None,
+) -> CallContext:
+    """A call's context, its ids taken from the model's tool_call_id when it gave one."""
+    tool_call_id = item.tool_call_id
+    if isinstance(item, MalformedRequestError):
+        # Never enqueued, so no idempotency to keep; a fresh id cannot collide with a
+        # valid call of the same tool_call_id (a duplicate in the batch).
+        call_id = new_call_id()
+        request = None
+    else:
+        call_id = call_id_for(branch_id, tool_call_id)
+        request = item.request
+    return CallContext(
+        function,
+        arguments,
+        branch_id,
+        call_id=call_id,
+        tool=tool,
+        tool_call_id=tool_call_id or "",
+        request=request,
+    )
+
+
+def _message(ctx: CallContext, **fields: Any) -> CallMessage:
+    return CallMessage(
+        call_id=ctx.call_id,
+        tool_call_id=ctx.tool_call_id,
+        branch_id=ctx.branch_id,
+        function=ctx.function,
+        arguments=ctx.arguments,
+        **fields,
+    )
 
 
 def check_wire(ctx: CallContext, max_argument_bytes: int) -> None:
@@ -579,6 +624,9 @@ def _answer(
         output=output,
         error=error,
         branch_id=ctx.branch_id,
+        call_id=ctx.call_id,
+        tool_call_id=ctx.tool_call_id,
+        request=ctx.request,
     )
     model = ActionResponseModel(
         function=ctx.function,
@@ -587,5 +635,6 @@ def _answer(
         status=status,
         error=error,
         call_id=ctx.call_id,
+        tool_call_id=ctx.tool_call_id,
     )
     return request, response, model

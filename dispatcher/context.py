@@ -9,10 +9,14 @@ from typing import Any
 
 from schemas.action import ToolInvocation
 from schemas.function_calling import redact
+from schemas.messages import ActionRequest
 from schemas.serialize import jsonable_key, to_jsonable
 from schemas.tool import Tool
 
-__all__ = ["CallContext", "new_call_id"]
+__all__ = ["CallContext", "call_id_for", "new_call_id"]
+
+# Namespace of the call ids derived from a model's tool-call ids (uuid5, so stable).
+_TOOL_CALL_NAMESPACE = uuid.UUID("6f0c1d52-3a0e-4f5b-9a43-2c7d1e8b9f10")
 
 
 def new_call_id() -> str:
@@ -23,6 +27,17 @@ def new_call_id() -> str:
     call's dispatch on some hosts, and these ids need uniqueness, not secrecy.
     """
     return str(uuid.UUID(int=random.getrandbits(128), version=4))
+
+
+def call_id_for(branch_id: str | None, tool_call_id: str | None) -> str:
+    """The call's id: derived from the model's ``tool_call_id`` within its branch, else new.
+
+    Derived, so replaying the same model response in the same branch reuses the call ids,
+    and the workers' idempotency records (C7) answer finished calls without re-running them.
+    """
+    if tool_call_id is None:
+        return new_call_id()
+    return str(uuid.uuid5(_TOOL_CALL_NAMESPACE, f"{branch_id or ''}\x00{tool_call_id}"))
 
 
 @dataclass(slots=True)
@@ -38,6 +53,14 @@ class CallContext:
     branch_id: str | None = None
     call_id: str = field(default_factory=new_call_id)
     tool: Tool | None = None
+    # The model's id of the call; toolfleet's call_id when the model gave none.
+    tool_call_id: str = ""
+    # The caller's own ActionRequest, which history keeps as this call's request.
+    request: ActionRequest | None = None
+
+    def __post_init__(self) -> None:
+        if not self.tool_call_id:
+            self.tool_call_id = self.call_id
 
     @property
     def secret_args(self) -> frozenset[str]:

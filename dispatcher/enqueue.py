@@ -126,6 +126,7 @@ def cancel_running(
 def _argsrepr(message: CallMessage, tool: Tool) -> str:
     shown = {
         "call_id": message.call_id,
+        "tool_call_id": message.tool_call_id,
         "branch_id": message.branch_id,
         "function": message.function,
         "arguments": redact(message.arguments, tool.secret_args),

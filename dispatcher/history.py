@@ -60,14 +60,26 @@ def link_pair(
     output: Any,
     error: str | None,
     branch_id: str | None,
+    call_id: str | None = None,
+    tool_call_id: str | None = None,
+    request: ActionRequest | None = None,
 ) -> tuple[ActionRequest, ActionResponse]:
-    """An ActionRequest and its ActionResponse, each naming the other's id (C1, C2)."""
-    request = ActionRequest(
-        id=new_call_id(),
-        sender=branch_id,
-        recipient=function,
-        content=ActionRequestContent(function=function, arguments=arguments),
+    """An ActionRequest and its ActionResponse, each naming the other's id (C1, C2).
+
+    A caller's own ``request`` is the one kept (its id stays; its content is set to what
+    history records: redacted arguments, the call's ids, the response link).
+    """
+    content = ActionRequestContent(
+        function=function, arguments=arguments, tool_call_id=tool_call_id, call_id=call_id
     )
+    if request is None:
+        request = ActionRequest(
+            id=new_call_id(), sender=branch_id, recipient=function, content=content
+        )
+    else:
+        request.content = content
+        request.sender = request.sender or branch_id
+        request.recipient = request.recipient or function
     response = ActionResponse(
         id=new_call_id(),
         sender=function,
@@ -78,6 +90,8 @@ def link_pair(
             output=output,
             action_request_id=request.id,
             error=error,
+            tool_call_id=tool_call_id,
+            call_id=call_id,
         ),
     )
     request.content.action_response_id = response.id

@@ -27,6 +27,14 @@ from schemas.messages import (
     ActionResponseContent,
     Message,
 )
+from schemas.provider import (
+    RESULT_FORMATS,
+    anthropic_tool_result,
+    openai_function_call_output,
+    openai_tool_message,
+    render_results,
+    result_text,
+)
 from schemas.serialize import UNSERIALIZABLE, describe_exception, format_error, to_jsonable
 from schemas.status import TERMINAL_STATUSES, EventStatus
 from schemas.tool import Tool, ToolKind, callable_kind, is_coro_func
@@ -35,6 +43,7 @@ from schemas.wire import CallMessage, CallResult
 __all__ = [
     "MAX_ERRORS",
     "REDACTED",
+    "RESULT_FORMATS",
     "TERMINAL_STATUSES",
     "UNSERIALIZABLE",
     "ActionRequest",
@@ -67,11 +76,16 @@ __all__ = [
     "ToolfleetError",
     "UnknownToolError",
     "WorkerLostError",
+    "anthropic_tool_result",
     "callable_kind",
     "describe_exception",
     "format_error",
     "is_coro_func",
     "normalize_arguments",
+    "openai_function_call_output",
+    "openai_tool_message",
     "redact",
+    "render_results",
+    "result_text",
     "to_jsonable",
 ]

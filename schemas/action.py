@@ -7,6 +7,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from schemas.provider import (
+    anthropic_tool_result,
+    openai_function_call_output,
+    openai_tool_message,
+)
 from schemas.status import EventStatus
 
 __all__ = ["ActionResponseModel", "CallParams", "ToolInvocation"]
@@ -30,10 +35,25 @@ class ActionResponseModel(BaseModel):
     status: EventStatus = EventStatus.COMPLETED
     error: str | None = None
     call_id: str | None = None
+    # The model's id of the call (OpenAI tool_call id / call_id, Anthropic tool_use id), or
+    # toolfleet's call_id when the model gave none: what the provider-shaped results carry.
+    tool_call_id: str | None = None
 
     @property
     def success(self) -> bool:
         return self.error is None
+
+    def to_openai(self) -> dict[str, Any]:
+        """The OpenAI Chat Completions ``{"role": "tool", ...}`` message for this call."""
+        return openai_tool_message(self)
+
+    def to_openai_responses(self) -> dict[str, Any]:
+        """The OpenAI Responses ``function_call_output`` item for this call."""
+        return openai_function_call_output(self)
+
+    def to_anthropic(self) -> dict[str, Any]:
+        """The Anthropic ``tool_result`` block (``is_error`` unless COMPLETED) for this call."""
+        return anthropic_tool_result(self)
 
 
 class CallParams(BaseModel):

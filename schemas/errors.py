@@ -34,7 +34,11 @@ class ConfigurationError(ToolfleetError, ValueError):
 
 class MalformedRequestError(ToolfleetError, ValueError):
     """Raised when an action request is not an ActionRequest, a model or a dict with
-    ``function`` and ``arguments``."""
+    ``function`` and ``arguments``, nor a provider tool call."""
+
+    # The provider's id of the call, when the malformed request carried one (so its error
+    # result can still be paired with it).
+    tool_call_id: str | None = None
 
 
 class ArgumentValidationError(ToolfleetError, ValueError):

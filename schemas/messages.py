@@ -21,6 +21,10 @@ class ActionRequestContent(BaseModel):
     function: str = ""
     arguments: dict[str, Any] = Field(default_factory=dict)
     action_response_id: str | None = None
+    # The model's id of the call (or toolfleet's call_id when the model gave none) and
+    # toolfleet's own id of it (the Celery task id): every message names its call.
+    tool_call_id: str | None = None
+    call_id: str | None = None
 
 
 class ActionResponseContent(BaseModel):
@@ -29,6 +33,8 @@ class ActionResponseContent(BaseModel):
     output: Any = None
     action_request_id: str | None = None
     error: str | None = None
+    tool_call_id: str | None = None
+    call_id: str | None = None
 
     @property
     def success(self) -> bool:

@@ -18,6 +18,8 @@ class CallMessage(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     call_id: str
+    # The model's id of the call (shown in Flower's task args and kept in the record).
+    tool_call_id: str | None = None
     branch_id: str | None = None
     function: str
     arguments: dict[str, Any] = Field(default_factory=dict)

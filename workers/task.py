@@ -293,7 +293,7 @@ async def _run_tool(
     result = CallResult(
         call_id=msg.call_id,
         function=tool.function,
-        event=call.to_dict(),
+        event={**call.to_dict(), "tool_call_id": msg.tool_call_id},
         attempt=msg.attempt,
         worker=hostname,
         batch_id=msg.batch_id,
@@ -380,6 +380,7 @@ def failed_event(
         "execution": execution.to_dict(),
         "function": safe_text(msg.function),
         "arguments": to_jsonable(arguments),
+        "tool_call_id": msg.tool_call_id,
     }
 
 
