@@ -2,13 +2,14 @@
 
 from dispatcher.branch import Branch
 from dispatcher.context import CallContext
-from dispatcher.envelope import normalize
+from dispatcher.envelope import normalize, tool_calls_in
 from dispatcher.fleet import Fleet
 from dispatcher.hooks import HookBus, HookPoint, StopHook
 from dispatcher.permissions import PermissionDecision, PermissionPolicy
 from dispatcher.session import Session
 from dispatcher.signals import CallbackFailed, GateDenied, HistoryWriteFailed
 from schemas.errors import ConfigurationError
+from schemas.provider import render_results
 
 __all__ = [
     "Branch",
@@ -25,4 +26,6 @@ __all__ = [
     "Session",
     "StopHook",
     "normalize",
+    "render_results",
+    "tool_calls_in",
 ]

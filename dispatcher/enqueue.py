@@ -126,9 +126,10 @@ def cancel_running(
 def _argsrepr(message: CallMessage, tool: Tool) -> str:
     shown = {
         "call_id": message.call_id,
-        "tool_call_id": message.tool_call_id,
         "branch_id": message.branch_id,
         "function": message.function,
+        # After "function", which Flower's tool-name pattern reads first.
+        "tool_call_id": message.tool_call_id,
         "arguments": redact(message.arguments, tool.secret_args),
     }
     text = repr((shown,))

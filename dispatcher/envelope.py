@@ -28,7 +28,7 @@ from schemas.contract import safe_repr
 from schemas.errors import MalformedRequestError
 from schemas.messages import ActionRequest
 
-__all__ = ["Envelope", "decode_arguments", "normalize"]
+__all__ = ["Envelope", "decode_arguments", "normalize", "provider_kind", "tool_calls_in"]
 
 _PREVIEW_CHARS = 80
 # Keys a toolfleet dict envelope may carry besides function and arguments.
@@ -81,7 +81,7 @@ def normalize(request: Any) -> Envelope:
             )
         # The provider SDKs' objects are pydantic models of the provider's JSON.
         dumped = request.model_dump(mode="python", exclude_none=True)
-        if _provider_kind(dumped) is None:
+        if provider_kind(dumped) is None:
             raise MalformedRequestError(
                 f"action request model {type(request).__name__} declares "
                 f"{sorted(fields)[:10]}, not both 'function' and 'arguments' and not a "
@@ -97,7 +97,8 @@ def normalize(request: Any) -> Envelope:
     )
 
 
-def _provider_kind(data: Mapping[str, Any]) -> str | None:
+def provider_kind(data: Mapping[str, Any]) -> str | None:
+    """``openai``, ``openai-responses`` or ``anthropic`` for a provider tool-call dict."""
     kind = data.get("type")
     if kind == "function_call":
         return "openai-responses"
@@ -109,7 +110,7 @@ def _provider_kind(data: Mapping[str, Any]) -> str | None:
 
 
 def _from_mapping(data: Mapping[str, Any], original: Any) -> Envelope:
-    kind = _provider_kind(data)
+    kind = provider_kind(data)
     if kind == "openai":
         function = data["function"]
         return _checked(function.get("name"), function.get("arguments"), original, data.get("id"))
@@ -182,3 +183,51 @@ def _is_lionagi_request(request: Any) -> bool:
 
 def _preview(value: Any) -> str:
     return safe_repr(value, _PREVIEW_CHARS)
+
+
+def tool_calls_in(response: Any) -> list[Any]:
+    """The tool calls of a whole model response, ready for ``Branch.act``.
+
+    An OpenAI ``ChatCompletion`` (first choice) or its ``message``, an OpenAI Responses
+    ``Response`` (its ``function_call`` items), an Anthropic ``Message`` (its ``tool_use``
+    blocks) — SDK objects or their dicts. Text parts are left out; no tool calls gives [].
+    """
+    data = response.model_dump(mode="python") if isinstance(response, BaseModel) else response
+    if not isinstance(data, Mapping):
+        raise MalformedRequestError(
+            f"expected a model response (ChatCompletion, its message, a Responses Response or "
+            f"an Anthropic Message), got {type(response).__name__}: {_preview(response)}"
+        )
+    return _picked(response, data)
+
+
+def _picked(response: Any, data: Mapping[str, Any]) -> list[Any]:
+    def items(name: str) -> list[Any]:
+        value = getattr(response, name, None) if isinstance(response, BaseModel) else None
+        if value is None:
+            value = data.get(name)
+        return list(value or [])
+
+    if "choices" in data:  # ChatCompletion
+        choices = items("choices")
+        if not choices:
+            return []
+        first = choices[0]
+        return tool_calls_in(first["message"] if isinstance(first, Mapping) else first.message)
+    if "tool_calls" in data:  # a Chat Completions assistant message
+        return items("tool_calls")
+    if "output" in data:  # Responses API
+        return [i for i in items("output") if _type(i) == "function_call"]
+    if "content" in data and isinstance(data.get("content"), list):  # Anthropic Message
+        return [b for b in items("content") if _type(b) == "tool_use"]
+    if data.get("role") == "assistant":  # a Chat message without tool calls
+        return items("tool_calls")
+    raise MalformedRequestError(
+        f"no tool calls to read in {type(response).__name__} with keys "
+        f"{sorted(map(str, data))[:10]}; pass a ChatCompletion, its message, a Responses "
+        "Response or an Anthropic Message"
+    )
+
+
+def _type(item: Any) -> Any:
+    return getattr(item, "type", None) if not isinstance(item, Mapping) else item.get("type")

@@ -1,5 +1,9 @@
 """A batch file: JSONL, one ``{"function": ..., "arguments": {...}}`` call per line.
 
+A line may name the model's id of the call (``"id"`` or ``"tool_call_id"``), give the
+arguments as a JSON string, or be a provider's own tool call (an OpenAI ``tool_calls`` entry, a
+Responses ``function_call`` item, an Anthropic ``tool_use`` block), as ``Branch.act`` accepts.
+
 A malformed line is kept as a :class:`BatchLine` carrying its error, so the batch still runs
 and the line still gets a result in its place. Blank lines and lines starting with ``#`` are
 skipped.
@@ -18,8 +22,9 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
+from dispatcher.envelope import normalize, provider_kind
 from schemas.contract import safe_repr
-from schemas.errors import ConfigurationError
+from schemas.errors import ConfigurationError, MalformedRequestError
 
 __all__ = [
     "UTF8_BOM_NOTE",
@@ -47,10 +52,18 @@ class BatchLine:
     function: str | None = None
     arguments: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
+    tool_call_id: str | None = None
+    # The line as read, for a provider-shaped call (act() normalizes it); else None.
+    raw: dict[str, Any] | None = None
 
     @property
     def request(self) -> dict[str, Any]:
-        return {"function": self.function, "arguments": self.arguments}
+        if self.raw is not None:
+            return self.raw
+        request: dict[str, Any] = {"function": self.function, "arguments": self.arguments}
+        if self.tool_call_id is not None:
+            request["tool_call_id"] = self.tool_call_id
+        return request
 
 
 def parse_line(line_no: int, text: str) -> BatchLine:
@@ -79,6 +92,19 @@ def parse_line(line_no: int, text: str) -> BatchLine:
             error=f'line {line_no}: expected a JSON object with "function" and "arguments", '
             f"got {type(value).__name__}",
         )
+    if provider_kind(value) is not None:
+        try:
+            envelope = normalize(value)
+        except MalformedRequestError as exc:
+            return BatchLine(line_no, error=f"line {line_no}: {exc}")
+        shown = envelope.arguments if isinstance(envelope.arguments, dict) else {}
+        return BatchLine(
+            line_no,
+            function=envelope.function,
+            arguments=shown,
+            tool_call_id=envelope.tool_call_id,
+            raw=value,
+        )
     function = value.get("function")
     if not isinstance(function, str) or not function:
         return BatchLine(
@@ -87,6 +113,18 @@ def parse_line(line_no: int, text: str) -> BatchLine:
             f"{safe_repr(function)}",
         )
     arguments = value.get("arguments", {})
+    tool_call_id = value.get("tool_call_id", value.get("id"))
+    if tool_call_id is not None and (not isinstance(tool_call_id, str) or not tool_call_id):
+        return BatchLine(
+            line_no,
+            function=function,
+            error=f'line {line_no}: "id" must be a non-empty string (the model\'s tool call '
+            f"id), got {safe_repr(tool_call_id)}",
+        )
+    if isinstance(arguments, str):
+        # JSON-string arguments, as OpenAI sends them: act() decodes them, and a string
+        # that is not a JSON object is this call's own error.
+        return BatchLine(line_no, function=function, tool_call_id=tool_call_id, raw=value)
     if not isinstance(arguments, dict):
         return BatchLine(
             line_no,
@@ -94,16 +132,16 @@ def parse_line(line_no: int, text: str) -> BatchLine:
             error=f'line {line_no}: "arguments" must be a JSON object, got '
             f"{type(arguments).__name__}",
         )
-    extra = sorted(set(value) - {"function", "arguments"})
+    extra = sorted(set(value) - {"function", "arguments", "id", "tool_call_id"})
     if extra:
         return BatchLine(
             line_no,
             function=function,
             arguments=arguments,
-            error=f'line {line_no}: unexpected keys {extra}; a line has only "function" and '
-            '"arguments"',
+            error=f'line {line_no}: unexpected keys {extra}; a line has only "function", '
+            '"arguments" and optionally "id"',
         )
-    return BatchLine(line_no, function=function, arguments=arguments)
+    return BatchLine(line_no, function=function, arguments=arguments, tool_call_id=tool_call_id)
 
 
 def parse_batch(lines: Iterable[str]) -> list[BatchLine]:

@@ -31,6 +31,7 @@ class CallRecord:
     output: Any = None
     error: str | None = None
     call_id: str | None = None
+    tool_call_id: str | None = None
     duration_s: float | None = None
 
     @classmethod
@@ -59,6 +60,7 @@ class CallRecord:
             output=response.output,
             error=response.error,
             call_id=response.call_id,
+            tool_call_id=response.tool_call_id,
             duration_s=duration_s,
         )
 
@@ -66,6 +68,7 @@ class CallRecord:
         return {
             "line": self.line_no,
             "call_id": self.call_id,
+            "tool_call_id": self.tool_call_id,
             "function": self.function,
             "arguments": self.arguments,
             "status": self.status,
