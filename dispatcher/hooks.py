@@ -23,7 +23,7 @@ class HookPoint(StrEnum):
 
 
 class StopHook(Exception):
-    """Raised by a TOOL_PRE handler to skip the remaining pre-handlers (not the call)."""
+    """Raised by a handler to skip the remaining handlers of its point (not the call)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +77,8 @@ class HookBus:
         for handler in self.handlers(point):
             try:
                 await _call(handler, {"point": point, **payload})
+            except StopHook:
+                break  # lionagi's semantics: the chain ends here, and nothing failed
             except Exception as exc:
                 name = _name(handler)
                 log.warning("%s hook %s failed: %s: %s", point, name, type(exc).__name__, exc)

@@ -37,9 +37,10 @@ class PermissionPolicy:
     """Rules mapping a tool name (or ``"*"``) to glob patterns over the call's *action*.
 
     The action is ``str(args[action_arg])`` (``""`` when absent). Precedence: deny, then
-    escalate, then allow, then the mode's default (``allow_all`` allows, ``deny_all``
-    denies). An escalated call is allowed only when ``on_escalate(tool_name, action, args)``
-    returns truthy; without ``on_escalate`` it is denied.
+    allow, then escalate, then the mode's default (``allow_all`` allows, ``deny_all``
+    denies) — lionagi's order, so ``escalate={"bash": ["*"]}`` plus ``allow`` rules
+    escalates only what no allow rule names. An escalated call is allowed only when
+    ``on_escalate(tool_name, action, args)`` returns truthy; without it, it is denied.
     """
 
     mode: str = "allow_all"
@@ -61,16 +62,17 @@ class PermissionPolicy:
 
     def check(self, tool_name: str, action: str, args: Mapping[str, Any]) -> PermissionDecision:
         """Decide without side effects; an escalation is returned, not resolved."""
-        for decision, rules in (("deny", self.deny), ("escalate", self.escalate)):
+        for decision, rules in (
+            ("deny", self.deny),
+            ("allow", self.allow),
+            ("escalate", self.escalate),
+        ):
             pattern = _match(rules, tool_name, action)
             if pattern is not None:
                 return PermissionDecision(
                     decision,  # type: ignore[arg-type]
                     f"{tool_name} {action!r} matches {decision} rule {pattern!r}",
                 )
-        pattern = _match(self.allow, tool_name, action)
-        if pattern is not None:
-            return PermissionDecision("allow", f"{tool_name} {action!r} matches allow {pattern!r}")
         if self.mode == "allow_all":
             return PermissionDecision("allow", "no rule matched; mode allow_all")
         return PermissionDecision("deny", f"{tool_name} {action!r} matches no allow rule")

@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-__all__ = ["Tool", "ToolKind", "callable_kind", "is_coro_func"]
+__all__ = ["Tool", "ToolKind", "callable_kind", "is_coro_func", "is_lionagi_tool"]
 
 ToolKind = Literal["sync", "async"]
 
@@ -83,6 +83,28 @@ class Tool(BaseModel):
         data["secret_args"] = frozenset(secret_args)
         return data
 
+    def __hash__(self) -> int:
+        # pydantic's field-wise hash of a frozen model fails on the kwargs dicts; a tool is
+        # its name and its callable (lionagi keeps tools in sets and dict keys).
+        return hash((self.function, id(self.func_callable)))
+
+    @classmethod
+    def from_lionagi(cls, lionagi_tool: Any, **overrides: Any) -> Tool:
+        """The toolfleet Tool of a lionagi ``Tool``: its callable, name, request model,
+        strictness and pre/postprocessors (with their kwargs) carried over."""
+        fields: dict[str, Any] = {
+            "func_callable": lionagi_tool.func_callable,
+            "function": lionagi_tool.function,
+            "request_options": getattr(lionagi_tool, "request_options", None),
+            "strict": bool(getattr(lionagi_tool, "strict_func_call", False)),
+            "preprocessor": getattr(lionagi_tool, "preprocessor", None),
+            "preprocessor_kwargs": dict(getattr(lionagi_tool, "preprocessor_kwargs", None) or {}),
+            "postprocessor": getattr(lionagi_tool, "postprocessor", None),
+            "postprocessor_kwargs": dict(getattr(lionagi_tool, "postprocessor_kwargs", None) or {}),
+        }
+        fields.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**fields)
+
     @field_validator("timeout_s")
     @classmethod
     def _positive_timeout(cls, timeout_s: float | None) -> float | None:
@@ -135,6 +157,12 @@ class Tool(BaseModel):
             for name, p in params.items()
             if p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
         }
+
+
+def is_lionagi_tool(obj: Any) -> bool:
+    """True for a lionagi ``Tool`` (duck-typed on its module: lionagi stays optional)."""
+    module = type(obj).__module__ or ""
+    return module.startswith("lionagi.") and hasattr(obj, "func_callable")
 
 
 def _callable_name(func: Any) -> str:

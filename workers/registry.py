@@ -10,7 +10,7 @@ from typing import Any, TypeVar, overload
 from pydantic import BaseModel
 
 from schemas.errors import ConfigurationError, DuplicateToolError, UnknownToolError
-from schemas.tool import Tool
+from schemas.tool import Tool, is_lionagi_tool
 
 __all__ = ["Registry", "registry", "tool"]
 
@@ -73,8 +73,18 @@ class Registry:
         )
         return tool_specs(chosen, format)
 
-    def __contains__(self, name: object) -> bool:
-        return name in self._tools
+    def __contains__(self, item: object) -> bool:
+        """A name, a Tool (toolfleet's or lionagi's) or a callable registered here."""
+        if isinstance(item, str):
+            return item in self._tools
+        func = getattr(item, "func_callable", item)
+        name = getattr(item, "function", None)
+        if not isinstance(name, str):
+            name = getattr(func, "__name__", None)
+        existing = self._tools.get(name) if isinstance(name, str) else None
+        if existing is None:
+            return False
+        return existing is item or existing.func_callable is func
 
     def __iter__(self) -> Iterator[Tool]:
         return iter(list(self._tools.values()))
@@ -149,9 +159,30 @@ def tool(
     update: bool = False,
     registry: Registry = registry,
 ) -> F | Callable[[F], F]:
-    """Register a function as a tool; ``@tool`` or ``@tool(...)``. Returns the function."""
+    """Register a function as a tool; ``@tool`` or ``@tool(...)``. Returns the function.
+
+    ``tool(lionagi_tool)`` registers a lionagi ``Tool`` with its processors.
+    """
 
     def decorate(f: F) -> F:
+        if is_lionagi_tool(f):
+            # A lionagi Tool brings its own name, request model and processors; what is
+            # passed here explicitly wins.
+            built = Tool.from_lionagi(
+                f,
+                function=name,
+                request_options=request_options,
+                strict=strict or None,
+                preprocessor=preprocessor,
+                preprocessor_kwargs=preprocessor_kwargs,
+                postprocessor=postprocessor,
+                postprocessor_kwargs=postprocessor_kwargs,
+                timeout_s=timeout_s,
+                secret_args=tuple(secret_args) or None,
+                idempotent=idempotent or None,
+            )
+            registry.register(built, update=update)
+            return f
         built = Tool(
             func_callable=f,
             function=name or "",
