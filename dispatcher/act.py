@@ -22,6 +22,7 @@ from dispatcher.deadline import Deadline
 from dispatcher.envelope import Envelope, normalize
 from dispatcher.history import Unit, link_pair
 from dispatcher.hooks import HookPoint
+from dispatcher.journal import BatchJournal
 from dispatcher.publisher import Publisher
 from dispatcher.signals import GateDenied
 from schemas import tracing
@@ -104,6 +105,11 @@ class Batch:
         self._settler = Settler(fleet)
         self._contexts: dict[int, CallContext] = {}
         self._inflight: dict[str, CallMessage] = {}
+        # Issue 12: call ids are fixed up front, so the journal lists every call before the
+        # first is enqueued, and each call's record names its batch.
+        self.batch_id = new_call_id()
+        self._call_ids = [initial_call_id(item, branch.id) for item in self.items]
+        self._journal = BatchJournal(self, fleet)
 
     def _envelopes(self, requests: Any) -> list[Envelope | MalformedRequestError]:
         if not isinstance(requests, list | tuple):
@@ -132,7 +138,11 @@ class Batch:
 
     # -- batch -------------------------------------------------------------------------
 
+    def _call_id(self, index: int) -> str:
+        return self._call_ids[index] if 0 <= index < len(self._call_ids) else new_call_id()
+
     async def run(self) -> list[Any]:
+        await self._journal.start(self._call_ids)
         try:
             if self.strategy == "sequential":
                 units = await self._run_sequential()
@@ -146,6 +156,7 @@ class Batch:
             raise
         finally:
             await self._publisher.aclose()
+        await self._journal.finish()
         results: list[Any] = []
         first_error: BaseException | None = None
         for unit in units:
@@ -230,6 +241,7 @@ class Batch:
         async with self._write_lock:
             await self._landed()
             run: list[Unit] = []
+            before = self._next_write
             while self._next_write in self._ready:
                 ready = self._ready.pop(self._next_write)
                 # Written calls need no context (only unwritten ones are ever cancelled), so
@@ -239,11 +251,17 @@ class Batch:
                 if ready is not None:
                     run.append(ready)
             if run:
-                await self._write(run)
+                await self._write(run, self._progress(before, self._next_write))
 
-    async def _write(self, run: list[Unit]) -> None:
+    def _progress(self, before: int, after: int) -> tuple[str, int, int]:
+        """The journal's written count moving from ``before`` to ``after`` with a write."""
+        return (self._journal.progress_key, before, after)
+
+    async def _write(self, run: list[Unit], progress: tuple[str, int, int]) -> None:
         """Write ``run`` shielded: a cancelled caller cannot cut a unit in half (C5)."""
-        self._writing = asyncio.ensure_future(self.branch._write_units(run, self.fleet))
+        self._writing = asyncio.ensure_future(
+            self.branch._write_units(run, self.fleet, progress=progress)
+        )
         await asyncio.shield(self._writing)
         self._writing = None
 
@@ -277,14 +295,15 @@ class Batch:
 
     async def _transact(self, item: Envelope | MalformedRequestError, index: int = -1) -> Unit:
         branch_id = self.branch.id
+        call_id = self._call_id(index)
         if isinstance(item, MalformedRequestError):
-            return self._aborted(_context(item, branch_id, "", {}), item, hook=False)
+            return self._aborted(_context(item, branch_id, "", {}, call_id), item, hook=False)
         try:
             tool = self._tool_for(item)
             arguments = normalize_arguments(tool, item.arguments)
         except Exception as exc:
-            return self._aborted(self._refused_context(item), _refusal(item, exc))
-        ctx = _context(item, branch_id, item.function, arguments, tool)
+            return self._aborted(self._refused_context(item, call_id), _refusal(item, exc))
+        ctx = _context(item, branch_id, item.function, arguments, call_id, tool)
         self._contexts[index] = ctx
         if self.verbose:
             log.info(
@@ -346,7 +365,11 @@ class Batch:
     async def _execute_once(self, ctx: CallContext, attempt: int) -> CallResult:
         assert ctx.tool is not None
         message = _message(
-            ctx, timeout_s=self.params.timeout_s, attempt=attempt, reply_to=self.fleet.reply_key
+            ctx,
+            timeout_s=self.params.timeout_s,
+            attempt=attempt,
+            reply_to=self.fleet.reply_key,
+            batch_id=self.batch_id,
         )
         if self._deadline.expired():
             # The batch deadline passed while this call waited for the window: never enqueued.
@@ -389,9 +412,9 @@ class Batch:
                     continue
                 ctx = self._contexts.get(index)
                 if ctx is None:
-                    units[index] = self._unstarted_unit(self.items[index])
+                    units[index] = self._unstarted_unit(self.items[index], index)
                     continue
-                message = self._inflight.get(ctx.call_id) or _message(ctx)
+                message = self._inflight.get(ctx.call_id) or _message(ctx, batch_id=self.batch_id)
                 stopped.append((index, ctx, message))
             records = await settle_calls(
                 self.fleet,
@@ -402,27 +425,31 @@ class Batch:
             for index, ctx, message in stopped:
                 result = records[message.call_id]
                 units[index] = self._finished(ctx, result, [self._record(ctx, result)])
-            self._next_write = len(self.items)
+            before, self._next_write = self._next_write, len(self.items)
             ordered = [u for _, u in sorted(units.items()) if u is not None]
             if ordered:
-                await self.branch._write_units(ordered, self.fleet)
+                await self.branch._write_units(
+                    ordered, self.fleet, progress=self._progress(before, self._next_write)
+                )
+            await self._journal.finish()
 
-    def _unstarted_unit(self, item: Envelope | MalformedRequestError) -> Unit:
+    def _unstarted_unit(self, item: Envelope | MalformedRequestError, index: int) -> Unit:
         """The unit of a call cancelled before its transaction began (it waited for the window)."""
         branch_id = self.branch.id
+        call_id = self._call_id(index)
         if isinstance(item, MalformedRequestError):
-            return self._aborted(_context(item, branch_id, "", {}), item, hook=False)
+            return self._aborted(_context(item, branch_id, "", {}, call_id), item, hook=False)
         try:
             tool = self._tool_for(item)
             arguments = normalize_arguments(tool, item.arguments)
         except Exception as exc:
-            return self._aborted(self._refused_context(item), _refusal(item, exc))
-        ctx = _context(item, branch_id, item.function, arguments, tool)
-        message = _message(ctx)
+            return self._aborted(self._refused_context(item, call_id), _refusal(item, exc))
+        ctx = _context(item, branch_id, item.function, arguments, call_id, tool)
+        message = _message(ctx, batch_id=self.batch_id)
         result = stopped_result(message, tool, cancelled_error(message), EventStatus.CANCELLED)
         return self._finished(ctx, result, [self._record(ctx, result)])
 
-    def _refused_context(self, item: Envelope) -> CallContext:
+    def _refused_context(self, item: Envelope, call_id: str) -> CallContext:
         """The context of a call refused before it was normalized: whatever the caller
         passed (lone surrogates, non-string keys, raising mappings), it can be recorded."""
         function = safe_text(item.function)
@@ -432,10 +459,11 @@ class Batch:
             raw = {}
         if item.function in self.fleet.registry:
             known = self.fleet.tool(item.function)
-            return _context(item, self.branch.id, function, raw, known)
+            return _context(item, self.branch.id, function, raw, call_id, known)
         # No tool, no list of secret arguments: keep the names, hide every value.
         hidden = to_jsonable(dict.fromkeys(raw, REDACTED))
-        return _context(item, self.branch.id, function, hidden if isinstance(hidden, dict) else {})
+        public = hidden if isinstance(hidden, dict) else {}
+        return _context(item, self.branch.id, function, public, call_id)
 
     def _tool_for(self, item: Envelope) -> Any:
         if item.arguments_error is not None:
@@ -547,23 +575,27 @@ class Batch:
         )
 
 
+def initial_call_id(item: Envelope | MalformedRequestError, branch_id: str | None) -> str:
+    """A call's id, fixed before the batch runs (the journal lists it): derived from the
+    model's tool_call_id when it gave one."""
+    if isinstance(item, MalformedRequestError):
+        # Never enqueued, so no idempotency to keep; a fresh id cannot collide with a
+        # valid call of the same tool_call_id (a duplicate in the batch).
+        return new_call_id()
+    return call_id_for(branch_id, item.tool_call_id)
+
+
 def _context(
     item: Envelope | MalformedRequestError,
     branch_id: str | None,
     function: str,
     arguments: dict[str, Any],
+    call_id: str,
     tool: Any = None,
 ) -> CallContext:
     """A call's context, its ids taken from the model's tool_call_id when it gave one."""
     tool_call_id = item.tool_call_id
-    if isinstance(item, MalformedRequestError):
-        # Never enqueued, so no idempotency to keep; a fresh id cannot collide with a
-        # valid call of the same tool_call_id (a duplicate in the batch).
-        call_id = new_call_id()
-        request = None
-    else:
-        call_id = call_id_for(branch_id, tool_call_id)
-        request = item.request
+    request = None if isinstance(item, MalformedRequestError) else item.request
     return CallContext(
         function,
         arguments,

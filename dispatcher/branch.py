@@ -145,7 +145,13 @@ class Branch:
         if self.session is not None:
             self.session.record(signal)
 
-    async def _write_units(self, units: Sequence[Unit], fleet: Fleet) -> None:
+    async def _write_units(
+        self,
+        units: Sequence[Unit],
+        fleet: Fleet,
+        *,
+        progress: tuple[str, int, int] | None = None,
+    ) -> None:
         """TOOL_POST/TOOL_ERROR, then each unit whole (C5), then observers and callbacks."""
         for unit in units:
             if unit.hook_point is None:
@@ -159,12 +165,24 @@ class Branch:
         attributes = {tracing.ATTR_BRANCH_ID: self.id, "toolfleet.calls": len(units)}
         with tracing.span("toolfleet.history.write", attributes) as span:
             failure_text = await self._history.write(
-                fleet.redis, fleet.keys, units, record_ttl_s=fleet.settings.record_ttl_s
+                fleet.redis,
+                fleet.keys,
+                units,
+                record_ttl_s=fleet.settings.record_ttl_s,
+                progress=progress,
             )
             if failure_text is not None and span is not None:
                 tracing.set_call_status(span, EventStatus.FAILED, error=failure_text)
         if failure_text is not None:
-            self._signal(HistoryWriteFailed(units[0].call_id, self.id, failure_text))
+            unwritten = self._history.durable.unwritten
+            self._signal(
+                HistoryWriteFailed(
+                    units[0].call_id,
+                    self.id,
+                    f"{failure_text}; {unwritten} call(s) kept and retried in order",
+                    unwritten=unwritten,
+                )
+            )
         observers = self.session.observers if self.session is not None else ()
         for unit in units:
             for record in unit.events:

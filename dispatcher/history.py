@@ -16,9 +16,9 @@ from typing import Any
 import redis.asyncio as aioredis
 from pydantic import TypeAdapter
 from pydantic_core import PydanticSerializationError
-from redis.exceptions import RedisError
 
 from dispatcher.context import new_call_id
+from dispatcher.durable import Chunk, DurableLog
 from schemas.action import ActionResponseModel
 from schemas.keys import Keys
 from schemas.messages import (
@@ -105,6 +105,8 @@ class BranchHistory:
         self.branch_id = branch_id
         self.messages: list[Message] = []
         self.events: list[dict[str, Any]] = []
+        # Redis writes not yet applied (a broker outage), retried in order (issue 12).
+        self.durable = DurableLog(branch_id)
 
     async def write(
         self,
@@ -113,45 +115,31 @@ class BranchHistory:
         units: Sequence[Unit],
         *,
         record_ttl_s: int,
+        progress: tuple[str, int, int] | None = None,
     ) -> str | None:
-        """Write ``units`` in order; returns the Redis error text if Redis refused them.
+        """Write ``units`` in order; returns the Redis error text while some are unwritten.
 
-        Memory is written either way, so the caller's history is never missing a unit.
+        Memory is written either way, so the caller's history is never missing a unit. A
+        Redis write that fails is kept and retried in order (dispatcher.durable); pass
+        ``progress`` (the batch's written-count key, before, after) to make it exactly once.
         """
         if not units:
             return None
         failure: str | None = None
         if client is not None:
-            failure = await self._write_redis(client, keys, units, record_ttl_s)
+            chunk = Chunk(
+                events=[_event_json(e) for u in units for e in u.events],
+                messages=[_message_json(m) for u in units for m in (u.request, u.response)],
+                units=len(units),
+                first_call_id=units[0].call_id,
+                progress=progress,
+            )
+            failure = await self.durable.write(client, keys, chunk, record_ttl_s)
         for unit in units:
             self.events.extend(unit.events)
             self.messages.append(unit.request)
             self.messages.append(unit.response)
         return failure
-
-    async def _write_redis(
-        self, client: aioredis.Redis, keys: Keys, units: Sequence[Unit], record_ttl_s: int
-    ) -> str | None:
-        history_key = keys.history(self.branch_id)
-        events_key = keys.events(self.branch_id)
-        events = [_event_json(e) for u in units for e in u.events]
-        messages = [_message_json(m) for u in units for m in (u.request, u.response)]
-        try:
-            # One EVALSHA: the same atomic unit as MULTI/EXEC (C5), but one command for the
-            # server instead of six (issue 16: per-call Redis commands).
-            await _append_script(client)(
-                keys=[events_key, history_key],
-                args=[record_ttl_s, len(events), *events, *messages],
-            )
-        except (RedisError, OSError) as exc:
-            log.error(
-                "branch %s: history of %d call(s) not written to Redis: %s",
-                self.branch_id,
-                len(units),
-                exc,
-            )
-            return f"{type(exc).__name__}: {exc}"
-        return None
 
 
 def _event_json(event: dict[str, Any]) -> str:
@@ -168,31 +156,6 @@ def _message_json(message: Message) -> str:
     except (PydanticSerializationError, ValueError):
         # e.g. a lone surrogate: json.dumps spells it \udXXX where pydantic refuses it.
         return json.dumps(to_jsonable(message.model_dump(mode="python")))
-
-
-# KEYS: events list, history list. ARGV: ttl seconds, number of events, events..., messages...
-_APPEND_SCRIPT = """
-local function push(key, first, last)
-  -- unpack() is limited to a few thousand values: push in slices
-  for i = first, last, 1000 do
-    redis.call('RPUSH', key, unpack(ARGV, i, math.min(i + 999, last)))
-  end
-  redis.call('EXPIRE', key, ARGV[1])
-end
-local n = tonumber(ARGV[2])
-if n > 0 then push(KEYS[1], 3, 2 + n) end
-push(KEYS[2], 3 + n, #ARGV)
-return 1
-"""
-
-
-def _append_script(client: aioredis.Redis) -> Any:
-    """The append script registered on ``client`` (EVALSHA, falling back to EVAL once)."""
-    script = getattr(client, "_toolfleet_append_script", None)
-    if script is None:
-        script = client.register_script(_APPEND_SCRIPT)
-        client._toolfleet_append_script = script  # type: ignore[attr-defined]
-    return script
 
 
 async def load_records(

@@ -36,12 +36,15 @@ class CallbackFailed:
 
 @dataclass(frozen=True, slots=True)
 class HistoryWriteFailed:
-    """Redis refused a history write; the in-memory history still holds the unit."""
+    """Redis refused a history write; the in-memory history still holds the unit, and the
+    write is retried in order until the outage limit (issue 12)."""
 
     call_id: str | None
     branch_id: str | None
     error: str
     at: datetime = field(default_factory=_now)
+    # Units of the branch not yet in Redis when the signal was raised.
+    unwritten: int = 0
 
 
 Signal = GateDenied | CallbackFailed | HistoryWriteFailed

@@ -1,0 +1,215 @@
+"""The batch journal (issue 12 item 1): what an act() batch is, written before it runs.
+
+Before the first call of a batch is enqueued, the dispatcher stores under ``Keys.batch(id)``
+the batch id, branch id, strategy, the dispatcher's id and every call's call_id, function and
+arguments, in input order, with every secret argument value replaced by ``REDACTED`` (and
+every value, when the tool is unknown). ``Keys.open_batches()`` lists the batches not yet fully
+written. As the batch writes its history it advances ``written``: the number of calls, from
+the start of the input, whose units are in the history; that counter is set in the same
+MULTI as the units it counts. So ``toolfleet recover`` knows exactly which units are still
+missing, and recovering twice writes nothing twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from dispatcher.envelope import Envelope
+from schemas.errors import MalformedRequestError
+from schemas.function_calling import REDACTED, redact
+from schemas.keys import Keys
+from schemas.serialize import to_jsonable
+from workers.registry import Registry
+
+if TYPE_CHECKING:
+    from dispatcher.act import Batch
+    from dispatcher.fleet import Fleet
+
+__all__ = [
+    "JOURNAL_WRITE_TIMEOUT_S",
+    "BatchJournal",
+    "JournalCall",
+    "JournalEntry",
+    "close_journal",
+    "journal_calls",
+    "load_journal",
+    "open_batches",
+    "progress_key",
+    "write_journal",
+]
+
+log = logging.getLogger(__name__)
+
+# The journal is written before the first enqueue; a broker too slow for this fails the
+# enqueue too, so the batch goes on without waiting longer (the calls report the broker).
+JOURNAL_WRITE_TIMEOUT_S = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class JournalCall:
+    """One call of a batch as the journal keeps it: never a secret value."""
+
+    call_id: str
+    function: str
+    arguments: dict[str, Any]
+
+
+@dataclass(slots=True)
+class JournalEntry:
+    batch_id: str
+    branch_id: str
+    strategy: str
+    dispatcher_id: str
+    calls: list[JournalCall]
+    created_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat())
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, raw: str | bytes) -> JournalEntry:
+        data = json.loads(raw)
+        calls = [JournalCall(**c) for c in data.pop("calls")]
+        return cls(calls=calls, **data)
+
+
+def journal_calls(
+    items: Sequence[Envelope | MalformedRequestError],
+    call_ids: Sequence[str],
+    registry: Registry,
+) -> list[JournalCall]:
+    """The journal's view of a batch's calls: tool secrets redacted, unknown tools' values
+    all redacted, a malformed request as an empty call."""
+    calls: list[JournalCall] = []
+    for item, call_id in zip(items, call_ids, strict=True):
+        if isinstance(item, MalformedRequestError):
+            calls.append(JournalCall(call_id, "", {}))
+            continue
+        raw = item.arguments if isinstance(item.arguments, dict) else {}
+        if item.function in registry:
+            secret = registry.get(item.function).secret_args
+            arguments = redact(raw, secret)
+        else:
+            arguments = dict.fromkeys(raw, REDACTED)
+        public = {str(k): to_jsonable(v) for k, v in arguments.items()}
+        calls.append(JournalCall(call_id, item.function, public))
+    return calls
+
+
+def progress_key(keys: Keys, batch_id: str) -> str:
+    """String: how many calls of the batch, from the start, have their unit in the history."""
+    return keys.batch(batch_id) + ":written"
+
+
+async def write_journal(
+    client: aioredis.Redis, keys: Keys, entry: JournalEntry, *, ttl_s: int
+) -> None:
+    async with client.pipeline(transaction=True) as pipe:
+        pipe.set(keys.batch(entry.batch_id), entry.to_json(), ex=ttl_s)
+        pipe.set(progress_key(keys, entry.batch_id), 0, ex=ttl_s)
+        pipe.hset(keys.open_batches(), entry.batch_id, entry.branch_id)
+        await pipe.execute()
+
+
+async def close_journal(client: aioredis.Redis, keys: Keys, batch_id: str) -> None:
+    """The batch is fully written: no longer listed as open (the journal itself stays)."""
+    await client.hdel(keys.open_batches(), batch_id)
+
+
+async def load_journal(
+    client: aioredis.Redis, keys: Keys, batch_id: str
+) -> tuple[JournalEntry, int] | None:
+    """The journal of ``batch_id`` and how many of its calls are written, or None."""
+    raw, written = await client.mget([keys.batch(batch_id), progress_key(keys, batch_id)])
+    if raw is None:
+        return None
+    return JournalEntry.from_json(raw), int(written or 0)
+
+
+async def open_batches(client: aioredis.Redis, keys: Keys) -> list[tuple[str, str, bool]]:
+    """Every open batch as ``(batch_id, branch_id, dispatcher_alive)``."""
+    listed = await client.hgetall(keys.open_batches())
+    found: list[tuple[str, str, bool]] = []
+    for raw_batch, raw_branch in sorted(listed.items()):
+        batch_id, branch_id = _text(raw_batch), _text(raw_branch)
+        raw = await client.get(keys.batch(batch_id))
+        if raw is None:
+            await client.hdel(keys.open_batches(), batch_id)  # expired: nothing to recover
+            continue
+        dispatcher_id = json.loads(raw).get("dispatcher_id", "")
+        alive = bool(await client.exists(keys.dispatcher(dispatcher_id)))
+        found.append((batch_id, branch_id, alive))
+    return found
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+class BatchJournal:
+    """One act() batch's journal: written before it runs, closed once its history is in."""
+
+    def __init__(self, batch: Batch, fleet: Fleet) -> None:
+        self._batch = batch
+        self._fleet = fleet
+        self.progress_key = progress_key(fleet.keys, batch.batch_id)
+        self._finished = False
+
+    async def start(self, call_ids: Sequence[str]) -> None:
+        batch, fleet = self._batch, self._fleet
+        entry = JournalEntry(
+            batch_id=batch.batch_id,
+            branch_id=batch.branch.id,
+            strategy=batch.strategy,
+            dispatcher_id=fleet.collector_id,
+            calls=journal_calls(batch.items, call_ids, fleet.registry),
+        )
+        try:
+            await asyncio.wait_for(
+                write_journal(fleet.redis, fleet.keys, entry, ttl_s=fleet.settings.record_ttl_s),
+                JOURNAL_WRITE_TIMEOUT_S,
+            )
+        except (RedisError, OSError, TimeoutError) as exc:
+            log.warning("batch %s: journal not written (%r); running without", entry.batch_id, exc)
+
+    async def finish(self) -> None:
+        """Wait (up to the outage limit) for the branch's unwritten history, then close."""
+        if self._finished:
+            return
+        self._finished = True
+        from dispatcher.signals import HistoryWriteFailed
+
+        batch, fleet = self._batch, self._fleet
+        durable = batch.branch._history.durable
+        error = await durable.drain(
+            fleet.redis, fleet.keys, fleet.settings.record_ttl_s, fleet.settings.outage_limit_s
+        )
+        if error is not None:
+            unwritten = durable.unwritten
+            batch.branch._signal(
+                HistoryWriteFailed(
+                    None,
+                    batch.branch.id,
+                    f"{unwritten} call(s) of batch {batch.batch_id} still not in Redis after "
+                    f"TOOLFLEET_OUTAGE_LIMIT_S={fleet.settings.outage_limit_s:g}s ({error}); "
+                    f"the in-memory history has them; run `toolfleet recover "
+                    f"{batch.branch.id}` once Redis is back",
+                    unwritten=unwritten,
+                )
+            )
+            return
+        try:
+            await asyncio.wait_for(
+                close_journal(fleet.redis, fleet.keys, batch.batch_id), JOURNAL_WRITE_TIMEOUT_S
+            )
+        except (RedisError, OSError, TimeoutError) as exc:
+            log.warning("batch %s: journal not closed: %r", batch.batch_id, exc)

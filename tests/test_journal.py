@@ -1,0 +1,135 @@
+"""The batch journal and exactly-once durable history writes (issue 12 items 1 and 4)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+import redis
+import redis.asyncio as aioredis
+
+from dispatcher import Branch, Fleet
+from dispatcher.durable import Chunk, DurableLog
+from dispatcher.hooks import HookPoint
+from dispatcher.journal import load_journal, open_batches
+from schemas.function_calling import REDACTED
+from schemas.keys import Keys
+from schemas.settings import Settings
+from schemas.wire import CallResult
+from tests.fleet import WorkerProcess, call, run
+from tests.reliability_support import PrivateRedis
+
+SECRET = "sk-journal-secret-123"
+
+
+@pytest.mark.slow
+def test_the_journal_lists_every_call_before_the_first_is_enqueued_and_holds_no_secret(
+    fleet_settings: Settings, sync_worker: WorkerProcess, redis_client: redis.Redis
+) -> None:
+    keys = Keys(fleet_settings.key_prefix)
+    seen_before_enqueue: list[dict[str, Any]] = []
+
+    async def scenario(fleet: Fleet) -> tuple[Branch, list[Any]]:
+        branch = Branch(fleet=fleet)
+
+        async def pre(payload: dict[str, Any]) -> None:
+            # TOOL_PRE runs before the call is enqueued: the journal must be there already.
+            if seen_before_enqueue:
+                return
+            open_ = await open_batches(fleet.redis, keys)
+            mine = [batch_id for batch_id, branch_id, _ in open_ if branch_id == branch.id]
+            assert len(mine) == 1
+            loaded = await load_journal(fleet.redis, keys, mine[0])
+            assert loaded is not None
+            seen_before_enqueue.append({"batch_id": mine[0], "entry": loaded[0]})
+
+        branch.hooks.on(HookPoint.TOOL_PRE, pre)
+        requests = [
+            call("with_secret", query="q", api_key=SECRET),
+            call("echo", value=1),
+            call("no_such_tool", token=SECRET),
+            {"not": "a request"},
+        ]
+        return branch, await branch.act(requests)
+
+    branch, results = run(fleet_settings, scenario)
+    before = seen_before_enqueue[0]
+    entry = before["entry"]
+    assert entry.branch_id == branch.id and entry.strategy == "concurrent"
+    assert [c.function for c in entry.calls] == ["with_secret", "echo", "no_such_tool", ""]
+    assert [c.call_id for c in entry.calls] == [r.call_id for r in results]
+    assert entry.calls[0].arguments == {"query": "q", "api_key": REDACTED}
+    assert entry.calls[2].arguments == {"token": REDACTED}
+    raw = redis_client.get(keys.batch(before["batch_id"]))
+    assert raw is not None and SECRET.encode() not in raw
+    # Each call's terminal record names its batch; the batch is fully written and closed.
+    record = redis_client.get(keys.event(results[1].call_id))
+    assert record is not None
+    assert CallResult.model_validate_json(record).batch_id == before["batch_id"]
+    assert redis_client.get(keys.batch(before["batch_id"]) + ":written") == b"4"
+    assert not redis_client.hexists(keys.open_batches(), before["batch_id"])
+
+
+def _chunk(n: int, before: int, key: str) -> Chunk:
+    return Chunk(
+        events=[json.dumps({"n": i}) for i in range(before, before + n)],
+        messages=[json.dumps({"m": i}) for i in range(2 * before, 2 * (before + n))],
+        units=n,
+        first_call_id=None,
+        progress=(key, before, before + n),
+    )
+
+
+def test_a_write_refused_by_a_stopped_broker_is_kept_and_written_once_in_order(
+    broker: PrivateRedis,
+) -> None:
+    keys = Keys("durable-test")
+
+    async def scenario() -> tuple[list[bytes], list[bytes], int]:
+        client = aioredis.Redis.from_url(broker.url, socket_connect_timeout=1)
+        log = DurableLog("b1")
+        try:
+            assert await log.write(client, keys, _chunk(2, 0, "w"), 60) is None
+            await asyncio.to_thread(broker.stop)
+            error = await log.write(client, keys, _chunk(3, 2, "w"), 60)
+            assert error is not None and log.unwritten == 3
+            assert await log.write(client, keys, _chunk(1, 5, "w"), 60) is not None
+            assert log.unwritten == 4  # queued behind, in order
+            await asyncio.to_thread(broker.start)
+            assert await log.drain(client, keys, 60, limit_s=20) is None
+            assert log.unwritten == 0
+            # A chunk whose reply was lost is retried: the count shows it is in, nothing doubles.
+            again = DurableLog("b1")
+            assert await again.write(client, keys, _chunk(1, 5, "w"), 60) is None
+            events = await client.lrange(keys.events("b1"), 0, -1)
+            messages = await client.lrange(keys.history("b1"), 0, -1)
+            written = int(await client.get("w") or 0)
+            return events, messages, written
+        finally:
+            await client.aclose()
+
+    events, messages, written = asyncio.run(asyncio.wait_for(scenario(), 60))
+    # The first chunk died with the broker (no persistence); the kept ones are in, in order.
+    assert [json.loads(e)["n"] for e in events] == [2, 3, 4, 5]
+    assert [json.loads(m)["m"] for m in messages] == list(range(4, 12))
+    assert written == 6
+
+
+def test_drain_gives_up_at_the_outage_limit(broker: PrivateRedis) -> None:
+    keys = Keys("durable-test")
+
+    async def scenario() -> tuple[str | None, int]:
+        client = aioredis.Redis.from_url(broker.url, socket_connect_timeout=1)
+        log = DurableLog("b2")
+        try:
+            await asyncio.to_thread(broker.stop)
+            await log.write(client, keys, _chunk(2, 0, "w2"), 60)
+            error = await log.drain(client, keys, 60, limit_s=1.0)
+            return error, log.unwritten
+        finally:
+            await client.aclose()
+
+    error, unwritten = asyncio.run(asyncio.wait_for(scenario(), 30))
+    assert error is not None and unwritten == 2
