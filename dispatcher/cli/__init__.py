@@ -27,6 +27,7 @@ _COMMAND_MODULES = (
     "dispatcher.cli.flower",
     "dispatcher.cli.admin",
     "dispatcher.cli.tools",
+    "dispatcher.cli.mcp",
 )
 
 
