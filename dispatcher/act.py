@@ -287,6 +287,7 @@ class Batch:
                     error=result.error,
                     function=result.function,
                     call_id=result.call_id,
+                    tool_call_id=result.tool_call_id,
                     branch_id=self.branch.id,
                     worker=last.get("worker"),
                     attempt=last.get("attempt"),

@@ -112,7 +112,11 @@ def test_one_trace_from_act_through_the_workers_to_the_history_write(
     exporter = memory_exporter()
     exporter.clear()
     requests = [
-        call("add", a=1, b=2),  # sync, prefork
+        {  # sync, prefork; an OpenAI tool call, so its tool_call_id is kept end to end
+            "id": "call_trace_1",
+            "type": "function",
+            "function": {"name": "add", "arguments": '{"a": 1, "b": 2}'},
+        },
         call("sleep_async", seconds=0.01),  # async pool
         call("fail", message="nope"),  # fails on the worker
         call("with_secret", query="q", api_key=SECRET),  # secret argument
@@ -179,6 +183,11 @@ def test_one_trace_from_act_through_the_workers_to_the_history_write(
             steps["toolfleet.record"],
         )
         assert wait.end_ns <= run_.start_ns <= run_.end_ns <= record.start_ns
+    assert calls[str(results[0].call_id)].attributes["toolfleet.tool_call_id"] == "call_trace_1"
+    assert workers[str(results[0].call_id)].attributes["toolfleet.tool_call_id"] == "call_trace_1"
+    # Without a provider id, a call's tool_call_id is its call_id (issue 14).
+    plain = calls[str(results[1].call_id)].attributes
+    assert plain["toolfleet.tool_call_id"] == results[1].tool_call_id
     failed = workers[str(results[2].call_id)]
     assert failed.status == "ERROR"
     assert _children(remote, failed)["toolfleet.tool"].name == "toolfleet.tool fail"

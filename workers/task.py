@@ -160,6 +160,7 @@ async def execute_async(
         {
             tracing.ATTR_FUNCTION: msg.function,
             tracing.ATTR_CALL_ID: msg.call_id,
+            tracing.ATTR_TOOL_CALL_ID: msg.tool_call_id,
             tracing.ATTR_ATTEMPT: msg.attempt,
             tracing.ATTR_WORKER: host,
         },
