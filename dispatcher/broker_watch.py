@@ -48,12 +48,15 @@ class BrokerWatch:
         *,
         pools: Sequence[aioredis.ConnectionPool] = (),
         clock: Callable[[], float] = time.monotonic,
+        outage_limit_s: float = OUTAGE_LIMIT_S,
     ) -> None:
         self.client = client
         self.collector = collector
         self.keys = keys
         self.broker_url = maybe_sanitize_url(broker_url)
         self._clock = clock
+        # Issue 12: TOOLFLEET_OUTAGE_LIMIT_S; an outage shorter than this fails no call.
+        self.outage_limit_s = outage_limit_s
         # Connection pools whose idle connections a restart leaves stale: redis-py does not
         # retry a pipeline on one, so the first history write after a restart would fail.
         self._pools = tuple(pools)
@@ -90,10 +93,10 @@ class BrokerWatch:
             if self._down_since is None:
                 self._down_since = now
                 log.warning("broker %s unreachable: %s", self.broker_url, exc)
-            elif now - self._down_since > OUTAGE_LIMIT_S:
+            elif now - self._down_since > self.outage_limit_s:
                 self._fail_all(
                     f"the broker {self.broker_url} has been unreachable for over "
-                    f"{OUTAGE_LIMIT_S:g}s ({exc}); the call's result cannot arrive. Restart "
+                    f"{self.outage_limit_s:g}s ({exc}); the call's result cannot arrive. Restart "
                     f"Redis and re-run the call if the tool is safe to repeat"
                 )
             return

@@ -85,6 +85,7 @@ class Fleet:
             self.keys,
             self.redis_url,
             pools=[self._redis.connection_pool],
+            outage_limit_s=self.settings.outage_limit_s,
         )
         self._watch.start()
         # Issue 12: a queue with no worker, or a message the broker lost, must not leave a

@@ -7,15 +7,19 @@ value carries a heartbeat so a redelivered message can tell a live duplicate fro
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import threading
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 import redis
 import redis.asyncio as aioredis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from schemas.keys import Keys
 from schemas.wire import CallResult
@@ -145,19 +149,34 @@ class StartedMarker:
 class AsyncRecordStore:
     """The worker's Redis operations, on an asyncio client bound to one event loop."""
 
-    def __init__(self, client: aioredis.Redis, keys: Keys, *, record_ttl_s: int) -> None:
+    def __init__(
+        self,
+        client: aioredis.Redis,
+        keys: Keys,
+        *,
+        record_ttl_s: int,
+        outage_limit_s: float = 0.0,
+    ) -> None:
         self.client = client
         self.keys = keys
         self.record_ttl_s = record_ttl_s
+        self.outage_limit_s = outage_limit_s
 
     @classmethod
-    def from_url(cls, url: str, keys: Keys, *, record_ttl_s: int) -> AsyncRecordStore:
+    def from_url(
+        cls, url: str, keys: Keys, *, record_ttl_s: int, outage_limit_s: float = 0.0
+    ) -> AsyncRecordStore:
         # Hundreds of coroutines share this client. redis-py's default pool raises
         # MaxConnectionsError past 100 connections; a blocking pool makes them take turns.
         pool = aioredis.BlockingConnectionPool.from_url(
             url, max_connections=ASYNC_MAX_CONNECTIONS, timeout=ASYNC_CONNECTION_WAIT_S
         )
-        return cls(aioredis.Redis(connection_pool=pool), keys, record_ttl_s=record_ttl_s)
+        return cls(
+            aioredis.Redis(connection_pool=pool),
+            keys,
+            record_ttl_s=record_ttl_s,
+            outage_limit_s=outage_limit_s,
+        )
 
     async def terminal(self, call_id: str) -> CallResult | None:
         raw = await self.client.get(self.keys.event(call_id))
@@ -169,21 +188,25 @@ class AsyncRecordStore:
         """Start a call in one round trip: ``(stored record, None)`` when this attempt (or a
         later one) already finished; ``(None, None)`` when ``marker`` now holds the call;
         ``(None, holder)`` when another delivery holds it."""
-        reply = await self.client.eval(
-            _BEGIN_SCRIPT,
-            2,
-            self.keys.event(call_id),
-            self.keys.started(call_id),
-            marker.to_json(),
-            str(marker.attempt),
-            str(self.record_ttl_s),
+        reply = await self.through_outage(
+            lambda: self.client.eval(
+                _BEGIN_SCRIPT,
+                2,
+                self.keys.event(call_id),
+                self.keys.started(call_id),
+                marker.to_json(),
+                str(marker.attempt),
+                str(self.record_ttl_s),
+            )
         )
         kind = reply[0].decode() if isinstance(reply[0], bytes) else str(reply[0])
         if kind == "record":
             return CallResult.model_validate_json(reply[1]), None
         if kind == "claimed":
             return None, None
-        return None, StartedMarker.from_json(reply[1] or b"")
+        holder = StartedMarker.from_json(reply[1] or b"")
+        # Our own claim, applied by a try whose reply was lost in a broker stall.
+        return None, (None if holder == marker else holder)
 
     async def claim(self, call_id: str, marker: StartedMarker) -> StartedMarker | None:
         """Set the started marker unless one exists; return the existing one, if any."""
@@ -225,17 +248,35 @@ class AsyncRecordStore:
         The first record of an attempt wins: returns False, changing nothing, when a record
         of this or a later attempt already exists (e.g. a revoke recorded it CANCELLED).
         """
-        stored = await self.client.eval(
-            _FINISH_SCRIPT,
-            3,
-            self.keys.event(result.call_id),
-            self.keys.started(result.call_id),
-            reply_to or "",
-            result.model_dump_json(),
-            result.attempt,
-            self.record_ttl_s,
+        # Retried through a stall: a try whose reply was lost leaves our record standing, so
+        # the retry returns False and the caller reads that record back (issue 12 item 5).
+        stored = await self.through_outage(
+            lambda: self.client.eval(
+                _FINISH_SCRIPT,
+                3,
+                self.keys.event(result.call_id),
+                self.keys.started(result.call_id),
+                reply_to or "",
+                result.model_dump_json(),
+                result.attempt,
+                self.record_ttl_s,
+            )
         )
         return bool(stored)
+
+    async def through_outage(self, operation: Callable[[], Awaitable[Any]]) -> Any:
+        """Run ``operation``, retrying a broker connection error or timeout with backoff for
+        up to ``outage_limit_s``: a stall shorter than the limit fails no call."""
+        deadline = time.monotonic() + self.outage_limit_s
+        delay_s = 0.2
+        while True:
+            try:
+                return await operation()
+            except (RedisConnectionError, RedisTimeoutError, OSError):
+                if time.monotonic() + delay_s > deadline:
+                    raise
+                await asyncio.sleep(delay_s)
+                delay_s = min(delay_s * 2, 2.0)
 
     async def notify(self, result: CallResult, reply_to: str | None) -> None:
         """Push an already stored record to ``reply_to`` again (a repeated delivery)."""

@@ -104,7 +104,10 @@ class WorkerRuntime:
         store = self._async_stores.get(id(loop))
         if store is None:
             store = AsyncRecordStore.from_url(
-                self.redis_url, self.keys, record_ttl_s=self.settings.record_ttl_s
+                self.redis_url,
+                self.keys,
+                record_ttl_s=self.settings.record_ttl_s,
+                outage_limit_s=self.settings.outage_limit_s,
             )
             self._async_stores[id(loop)] = store
         return store
@@ -497,10 +500,14 @@ def record_if_absent(
     tool = reg.get(msg.function) if msg.function in reg else None
     if isinstance(exc, redis.RedisError | ConnectionError):
         # Issue 7: a broker failure is reported as one, naming the broker (password masked).
+        # Issue 12: said only after Redis stayed unreachable past the outage limit, and
+        # without claiming the tool ran: whether it did is not known here.
         exc = BrokerError(
-            f"the broker {maybe_sanitize_url(runtime.redis_url)} failed while call "
-            f"{msg.call_id} of tool {msg.function!r} ran ({type(exc).__name__}: {exc}); its "
-            f"outcome was lost. Re-run the call if the tool is safe to repeat"
+            f"the broker {maybe_sanitize_url(runtime.redis_url)} failed while the worker "
+            f"started or recorded call {msg.call_id} of tool {msg.function!r} "
+            f"({type(exc).__name__}: {exc}) and was not back within "
+            f"TOOLFLEET_OUTAGE_LIMIT_S={runtime.settings.outage_limit_s:g}s; whether the tool "
+            f"ran is unknown. Check its effects before re-running the call"
         )
     result = CallResult(
         call_id=msg.call_id,
