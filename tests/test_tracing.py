@@ -12,12 +12,20 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import (
+    ALWAYS_OFF,
+    ALWAYS_ON,
+    ParentBased,
+    Sampler,
+    SamplingResult,
+)
 
 from dispatcher import Branch, Fleet, Session
 from schemas.action import ActionResponseModel, CallParams
@@ -31,6 +39,25 @@ SECRET = f"sk-trace-{uuid.uuid4().hex}"
 _exporter: InMemorySpanExporter | None = None
 
 
+class _WhileTesting(Sampler):
+    """Records spans only while a test here runs: the global TracerProvider outlives this
+    module, and the rest of the suite should neither pay for spans nor keep them."""
+
+    on = False
+
+    def should_sample(self, parent_context: Any, *args: Any, **kwargs: Any) -> SamplingResult:
+        sampler = _SAMPLE if self.on else _DROP
+        return sampler.should_sample(parent_context, *args, **kwargs)
+
+    def get_description(self) -> str:
+        return "toolfleet-tests"
+
+
+_SAMPLE = ParentBased(ALWAYS_ON)
+_DROP = ALWAYS_OFF
+_sampler = _WhileTesting()
+
+
 def memory_exporter() -> InMemorySpanExporter:
     """This process's in-memory exporter (a global TracerProvider can be set only once)."""
     global _exporter
@@ -38,10 +65,23 @@ def memory_exporter() -> InMemorySpanExporter:
         _exporter = InMemorySpanExporter()
         provider = trace.get_tracer_provider()
         if not isinstance(provider, TracerProvider):
-            provider = TracerProvider()
+            provider = TracerProvider(sampler=_sampler)
             trace.set_tracer_provider(provider)
         provider.add_span_processor(SimpleSpanProcessor(_exporter))
     return _exporter
+
+
+@pytest.fixture()
+def exporter() -> Iterator[InMemorySpanExporter]:
+    """The in-memory exporter, recording for this test only."""
+    recorder = memory_exporter()
+    recorder.clear()
+    _sampler.on = True
+    try:
+        yield recorder
+    finally:
+        _sampler.on = False
+        recorder.clear()
 
 
 @pytest.fixture(scope="module")
@@ -107,10 +147,8 @@ def _received(span: ReadableSpan) -> ReceivedSpan:
 
 
 def test_one_trace_from_act_through_the_workers_to_the_history_write(
-    traced_fleet: Settings, collector: OtlpCollector
+    traced_fleet: Settings, collector: OtlpCollector, exporter: InMemorySpanExporter
 ) -> None:
-    exporter = memory_exporter()
-    exporter.clear()
     requests = [
         {  # sync, prefork; an OpenAI tool call, so its tool_call_id is kept end to end
             "id": "call_trace_1",
@@ -199,10 +237,8 @@ def test_one_trace_from_act_through_the_workers_to_the_history_write(
 
 
 def test_batched_calls_each_join_their_own_call_span(
-    traced_fleet: Settings, collector: OtlpCollector
+    traced_fleet: Settings, collector: OtlpCollector, exporter: InMemorySpanExporter
 ) -> None:
-    exporter = memory_exporter()
-    exporter.clear()
     requests = [call("add", a=i, b=1) for i in range(3)]
 
     async def scenario(fleet: Fleet) -> list[ActionResponseModel]:
@@ -224,10 +260,8 @@ def test_batched_calls_each_join_their_own_call_span(
 
 
 def test_a_denied_call_has_an_unset_status_and_never_reaches_a_worker(
-    traced_fleet: Settings,
+    traced_fleet: Settings, exporter: InMemorySpanExporter
 ) -> None:
-    exporter = memory_exporter()
-    exporter.clear()
 
     async def scenario(fleet: Fleet) -> list[ActionResponseModel]:
         session = Session(fleet)
