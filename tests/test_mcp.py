@@ -33,6 +33,7 @@ from schemas.settings import Settings
 from schemas.status import EventStatus
 from schemas.wire import CallResult
 from tests.fleet import REPO_ROOT, WorkerProcess, start_worker, wait_for
+from tests.otlp_collector import OtlpCollector, ReceivedSpan
 
 SECRET = f"sk-mcp-{uuid.uuid4().hex}"
 TOKEN = f"token-{uuid.uuid4().hex}"
@@ -40,9 +41,26 @@ GATES = ("tests.mcp_gates:no_forbidden_echo", "tests.mcp_gates:policy")
 
 
 @pytest.fixture(scope="module")
-def mcp_fleet(fleet_settings: Settings, redis_url: str) -> Iterator[dict[str, str]]:
-    """A sync and an async worker on queues and a key prefix of their own; yields the
-    TOOLFLEET_* environment an MCP server needs to reach them."""
+def collector() -> Iterator[OtlpCollector]:
+    """Where the workers and the MCP servers here export their spans."""
+    with OtlpCollector() as running:
+        yield running
+
+
+def _otel_env(collector: OtlpCollector) -> dict[str, str]:
+    return {
+        "OTEL_TRACES_EXPORTER": "otlp",
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": collector.endpoint,
+        "OTEL_BSP_SCHEDULE_DELAY": "100",
+    }
+
+
+@pytest.fixture(scope="module")
+def mcp_fleet(
+    fleet_settings: Settings, redis_url: str, collector: OtlpCollector
+) -> Iterator[dict[str, str]]:
+    """A sync and an async worker on queues and a key prefix of their own, exporting spans
+    to ``collector``; yields the TOOLFLEET_* environment an MCP server needs to reach them."""
     suffix = uuid.uuid4().hex[:8]
     env = {
         "TOOLFLEET_BROKER_URL": redis_url,
@@ -50,10 +68,11 @@ def mcp_fleet(fleet_settings: Settings, redis_url: str) -> Iterator[dict[str, st
         "TOOLFLEET_ASYNC_QUEUE": f"toolfleet.async.mcp-{suffix}",
         "TOOLFLEET_KEY_PREFIX": f"tfmcp-{suffix}",
     }
+    worker_env = {**env, **_otel_env(collector)}
     started: list[WorkerProcess] = []
     try:
-        started.append(start_worker("sync", redis_url=redis_url, concurrency=2, env=env))
-        started.append(start_worker("async", redis_url=redis_url, concurrency=50, env=env))
+        started.append(start_worker("sync", redis_url=redis_url, concurrency=2, env=worker_env))
+        started.append(start_worker("async", redis_url=redis_url, concurrency=50, env=worker_env))
         yield env
     finally:
         for worker in started:
@@ -192,7 +211,12 @@ async def _exercise(client: Client, fleet_env: dict[str, str]) -> dict[str, Any]
     # The session still works after a cancel.
     again = await client.call_tool("add", {"a": 2, "b": 2})
     assert json.loads(_text(again)) == 4 and _meta(again)[BRANCH_META_KEY] == branch_id
-    return {"branch_id": branch_id, "cancelled_id": cancelled_id, "calls": 18}
+    return {
+        "branch_id": branch_id,
+        "cancelled_id": cancelled_id,
+        "calls": 18,
+        "add_call_id": _meta(added)[CALL_META_KEY],
+    }
 
 
 def _check_history(fleet_env: dict[str, str], outcome: dict[str, Any]) -> None:
@@ -210,12 +234,14 @@ def _check_history(fleet_env: dict[str, str], outcome: dict[str, Any]) -> None:
     assert responses["fail"].error == "ValueError: nope"
 
 
-def test_stdio_client_runs_tools_on_the_fleet(mcp_fleet: dict[str, str]) -> None:
+def test_stdio_client_runs_tools_on_the_fleet(
+    mcp_fleet: dict[str, str], collector: OtlpCollector
+) -> None:
     command, *prefix = _command()
     params = StdioServerParameters(
         command=command,
         args=[*prefix, *_mcp_args()],
-        env=_server_env(mcp_fleet),
+        env={**_server_env(mcp_fleet), **_otel_env(collector)},
         cwd=str(REPO_ROOT),
     )
 
@@ -226,6 +252,57 @@ def test_stdio_client_runs_tools_on_the_fleet(mcp_fleet: dict[str, str]) -> None
 
     outcome = anyio.run(main)
     _check_history(mcp_fleet, outcome)
+
+    # One trace per tools/call: the mcp package's server span, then toolfleet's act and call
+    # spans in the server, then the worker's span across the broker.
+    call_id = outcome["add_call_id"]
+
+    def traced(spans: list[ReceivedSpan]) -> bool:
+        return any(
+            s.name == "toolfleet.worker add" and s.attributes.get("toolfleet.call_id") == call_id
+            for s in spans
+        ) and any(s.name == "tools/call add" for s in spans)
+
+    spans = collector.wait_for(traced, timeout_s=20)
+    by_id = {s.span_id: s for s in spans}
+    (worker,) = [
+        s
+        for s in spans
+        if s.name == "toolfleet.worker add" and s.attributes.get("toolfleet.call_id") == call_id
+    ]
+    chain = [worker.name]
+    node = worker
+    while node.parent_span_id in by_id:
+        node = by_id[node.parent_span_id]
+        chain.append(node.name)
+    expected = ["toolfleet.worker add", "toolfleet.call add", "toolfleet.act", "tools/call add"]
+    assert chain == expected
+    assert node.service == "toolfleet-mcp" and worker.service == "toolfleet-worker-sync"
+    assert all(SECRET not in str(v) for s in spans for v in s.attributes.values())
+
+
+def test_with_no_broker_url_the_server_runs_the_embedded_default() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLFLEET_")}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
+    command, *prefix = _command()
+    params = StdioServerParameters(
+        command=command,
+        args=[*prefix, "mcp", "--tools", "tests.sample_tools"],
+        env=env,
+        cwd=str(REPO_ROOT),
+    )
+
+    async def main() -> tuple[types.CallToolResult, types.CallToolResult]:
+        with anyio.fail_after(120):
+            async with Client(params) as client:
+                return (
+                    await client.call_tool("add", {"a": 20, "b": 22}),
+                    await client.call_tool("sleep_async", {"seconds": 0.01}),
+                )
+
+    added, slept = anyio.run(main)
+    assert not added.is_error and json.loads(_text(added)) == 42
+    assert not slept.is_error and json.loads(_text(slept)) == 0.01
 
 
 def _free_port() -> int:
