@@ -138,6 +138,24 @@ class Branch:
         branch._history.events.extend(events)
         return branch
 
+    @classmethod
+    async def recover(
+        cls,
+        branch_id: str,
+        *,
+        fleet: Fleet | None = None,
+        session: Session | None = None,
+        wait_s: float = 300.0,
+    ) -> Branch:
+        """Complete the open batches of ``branch_id`` whose dispatcher is gone (issue 12):
+        wait up to ``wait_s`` for their calls still queued or running, write every missing
+        unit in input order (a call never enqueued as ABORTED), then load the branch.
+        Recovering twice writes nothing twice."""
+        from dispatcher.recover import recover_branch
+
+        await recover_branch(branch_id, fleet or default_fleet(), wait_s=wait_s)
+        return await cls.load(branch_id, fleet=fleet, session=session)
+
     # -- used by the batch -------------------------------------------------------------
 
     def _signal(self, signal: Signal) -> None:

@@ -61,6 +61,7 @@ class JournalCall:
     call_id: str
     function: str
     arguments: dict[str, Any]
+    tool_call_id: str = ""
 
 
 @dataclass(slots=True)
@@ -92,7 +93,7 @@ def journal_calls(
     calls: list[JournalCall] = []
     for item, call_id in zip(items, call_ids, strict=True):
         if isinstance(item, MalformedRequestError):
-            calls.append(JournalCall(call_id, "", {}))
+            calls.append(JournalCall(call_id, "", {}, item.tool_call_id or ""))
             continue
         raw = item.arguments if isinstance(item.arguments, dict) else {}
         if item.function in registry:
@@ -101,7 +102,7 @@ def journal_calls(
         else:
             arguments = dict.fromkeys(raw, REDACTED)
         public = {str(k): to_jsonable(v) for k, v in arguments.items()}
-        calls.append(JournalCall(call_id, item.function, public))
+        calls.append(JournalCall(call_id, item.function, public, item.tool_call_id or ""))
     return calls
 
 

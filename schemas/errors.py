@@ -10,6 +10,7 @@ __all__ = [
     "BrokerError",
     "CallLostError",
     "ConfigurationError",
+    "DispatcherLostError",
     "DuplicateToolError",
     "EmbeddedStartError",
     "MalformedRequestError",
@@ -89,3 +90,7 @@ class NoWorkerError(ToolfleetError):
 class CallLostError(ToolfleetError):
     """Raised when a call's message vanished twice (in no queue, reserved by no worker, not
     started, no record), once before and once after the dispatcher republished it."""
+
+
+class DispatcherLostError(ToolfleetError):
+    """Raised (as a recorded error) for a call whose dispatcher died before enqueueing it."""

@@ -26,6 +26,7 @@ _COMMAND_MODULES = (
     "workers.worker_cli",
     "dispatcher.cli.flower",
     "dispatcher.cli.admin",
+    "dispatcher.cli.recover",
     "dispatcher.cli.tools",
     "dispatcher.cli.mcp",
 )

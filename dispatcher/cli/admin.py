@@ -25,7 +25,14 @@ from dispatcher.cli.broker_probe import check_reachable, mask_url
 from schemas.errors import ConfigurationError
 from schemas.settings import ENV_PREFIX, Settings
 
-__all__ = ["fleet_status", "load_history", "mask_url", "register"]
+__all__ = [
+    "fleet_settings",
+    "fleet_status",
+    "load_history",
+    "mask_url",
+    "orphaned_batches",
+    "register",
+]
 
 EXIT_NOT_FOUND = 1
 
@@ -118,7 +125,25 @@ def _fleet_settings(*, start_saved: bool) -> Iterator[tuple[Settings, str]]:
         shutil.rmtree(reader_dir, ignore_errors=True)
 
 
+# Shared with `toolfleet recover`.
+fleet_settings = _fleet_settings
+
+
 # -- status ----------------------------------------------------------------------------------
+
+
+def orphaned_batches(client: Any, keys: Any) -> list[dict[str, str]]:
+    """Open batches whose dispatcher no longer beats (issue 12): ``toolfleet recover`` them."""
+    found: list[dict[str, str]] = []
+    for raw_batch, raw_branch in sorted(client.hgetall(keys.open_batches()).items()):
+        batch_id, branch_id = raw_batch.decode(), raw_branch.decode()
+        raw = client.get(keys.batch(batch_id))
+        if raw is None:
+            continue
+        dispatcher_id = str(json.loads(raw).get("dispatcher_id", ""))
+        if not client.exists(keys.dispatcher(dispatcher_id)):
+            found.append({"batch_id": batch_id, "branch_id": branch_id})
+    return found
 
 
 def fleet_status(settings: Settings, *, timeout_s: float) -> dict[str, Any]:
@@ -143,6 +168,7 @@ def fleet_status(settings: Settings, *, timeout_s: float) -> dict[str, Any]:
             started = Keys(settings.key_prefix).started("*")
             in_flight = sum(1 for _ in client.scan_iter(match=started, count=1000))
             unacked = int(client.hlen("unacked"))
+            orphaned = orphaned_batches(client, Keys(settings.key_prefix))
         finally:
             client.close()
     finally:
@@ -160,6 +186,7 @@ def fleet_status(settings: Settings, *, timeout_s: float) -> dict[str, Any]:
         "queues": queues,
         "in_flight": in_flight,
         "delivered_unacked": unacked,
+        "orphaned_batches": orphaned,
     }
 
 
@@ -189,6 +216,11 @@ def _status(args: argparse.Namespace) -> int:
         f"calls in flight: {status['in_flight']} running, "
         f"{status['delivered_unacked']} delivered to workers and not yet acknowledged"
     )
+    for batch in status["orphaned_batches"]:
+        out.print(
+            f"[yellow]batch {batch['batch_id']} of branch {batch['branch_id']}: its dispatcher "
+            f"is gone; complete its history with `toolfleet recover {batch['branch_id']}`[/]"
+        )
     return 0
 
 
