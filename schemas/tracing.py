@@ -21,7 +21,7 @@ from typing import Any
 
 from schemas.errors import ConfigurationError
 from schemas.status import EventStatus
-from schemas.wire import CallMessage
+from schemas.wire import CallMessage, CallResult
 
 try:  # the optional extra; absent, every function below is a no-op
     from opentelemetry import propagate, trace
@@ -47,8 +47,10 @@ __all__ = [
     "parent_of",
     "sent_ns",
     "set_call_status",
+    "set_result_status",
     "span",
     "trace_headers",
+    "worker_span",
 ]
 
 TRACER_NAME = "toolfleet"
@@ -118,6 +120,36 @@ def child_span(name: str, parent_span: Any, start_ns: int, end_ns: int) -> None:
     context = trace.set_span_in_context(parent_span)
     child = tracer.start_span(name, context=context, start_time=start_ns)
     child.end(end_time=max(start_ns, end_ns))
+
+
+@contextlib.contextmanager
+def worker_span(message: CallMessage, worker: str, header: Any) -> Iterator[Any]:
+    """The worker's span of one call, a child of the dispatcher's call span found in the
+    message's :data:`TRACE_HEADER` value ``header``; its first child is the queue wait."""
+    parent = parent_of(header, message.call_id)
+    with span(
+        f"toolfleet.worker {message.function}",
+        {
+            ATTR_FUNCTION: message.function,
+            ATTR_CALL_ID: message.call_id,
+            ATTR_TOOL_CALL_ID: message.tool_call_id,
+            ATTR_ATTEMPT: message.attempt,
+            ATTR_WORKER: worker,
+        },
+        kind="consumer",
+        parent=parent,
+    ) as current:
+        published_ns = sent_ns(parent)
+        if published_ns is not None:
+            child_span("toolfleet.queue_wait", current, published_ns, time.time_ns())
+        yield current
+
+
+def set_result_status(current: Any, result: CallResult) -> None:
+    """:func:`set_call_status` from a call's terminal record."""
+    error = result.execution.get("error")
+    text = str(error.get("error") or "") if isinstance(error, dict) else error
+    set_call_status(current, result.status, error=None if text is None else str(text))
 
 
 def set_call_status(

@@ -11,7 +11,6 @@ import builtins
 import contextvars
 import os
 import socket
-import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -157,55 +156,22 @@ async def execute_async(
     """
     msg = _parse(message)
     host = hostname or _default_hostname()
-    parent = tracing.parent_of(trace, msg.call_id)
-    with tracing.span(
-        f"toolfleet.worker {msg.function}",
-        {
-            tracing.ATTR_FUNCTION: msg.function,
-            tracing.ATTR_CALL_ID: msg.call_id,
-            tracing.ATTR_TOOL_CALL_ID: msg.tool_call_id,
-            tracing.ATTR_ATTEMPT: msg.attempt,
-            tracing.ATTR_WORKER: host,
-        },
-        kind="consumer",
-        parent=parent,
-    ) as span:
-        sent_ns = tracing.sent_ns(parent)
-        if sent_ns is not None:
-            tracing.child_span("toolfleet.queue_wait", span, sent_ns, time.time_ns())
-        outcome = await _execute_recorded(msg, runtime, host, limit_s, cancel_is_final, pool)
-        tracing.set_call_status(span, outcome.status, error=_error_of(outcome.result))
+    with tracing.worker_span(msg, host, trace) as span:
+        token = current_call.set(msg)
+        try:
+            outcome = await _execute(msg, runtime, host, limit_s, cancel_is_final, pool)
+        except asyncio.CancelledError as exc:
+            # Cancelled before the tool started (e.g. waiting on Redis): still record it.
+            if not cancel_is_final():
+                raise
+            store = runtime.async_store()
+            outcome = await asyncio.shield(
+                _finish_failed(store, msg, None, exc, host, status=EventStatus.CANCELLED)
+            )
+        finally:
+            current_call.reset(token)
+        tracing.set_result_status(span, outcome.result)
         return outcome
-
-
-async def _execute_recorded(
-    msg: CallMessage,
-    runtime: WorkerRuntime,
-    host: str,
-    limit_s: float | None,
-    cancel_is_final: Callable[[], bool],
-    pool: ToolKind | None,
-) -> Outcome:
-    token = current_call.set(msg)
-    try:
-        return await _execute(msg, runtime, host, limit_s, cancel_is_final, pool)
-    except asyncio.CancelledError as exc:
-        # Cancelled before the tool started (e.g. waiting on Redis): still record it.
-        if not cancel_is_final():
-            raise
-        store = runtime.async_store()
-        return await asyncio.shield(
-            _finish_failed(store, msg, None, exc, host, status=EventStatus.CANCELLED)
-        )
-    finally:
-        current_call.reset(token)
-
-
-def _error_of(result: CallResult) -> str | None:
-    error = result.execution.get("error")
-    if isinstance(error, dict):
-        return str(error.get("error") or "")
-    return None if error is None else str(error)
 
 
 async def _execute(
