@@ -20,10 +20,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 
 from tests.fleet import REPO_ROOT, WorkerProcess, wait_for
 from tests.test_deploy_compose import COMPOSE_FILE, DOCKERFILE, ENV, interpolate
 from tests.test_flower_cli import FlowerProcess, http_get, start_flower, stop_flower
+from workers.monitor import live_leases
 
 _RUN_TIMEOUT_S = 120.0
 
@@ -124,6 +126,7 @@ def test_demo_service_runs_its_batch_on_the_compose_workers(
     stack_env: dict[str, str],
     workers: list[WorkerProcess],
     flower: FlowerProcess,
+    redis_url: str,
     tmp_path: Path,
 ) -> None:
     spec = services["demo"]
@@ -141,6 +144,22 @@ def test_demo_service_runs_its_batch_on_the_compose_workers(
             interval_s=0.25,
             what=f"Flower to hear {worker.kind} (pid {worker.pid}) online",
         )
+    # Task events flow only once a worker holds Flower's enable_events lease
+    # (docs/task-events.md); calls that ran before it would never appear in Flower.
+    monitor = redis.Redis.from_url(redis_url)
+    try:
+        for worker in workers:
+            wait_for(
+                lambda w=worker: any(  # type: ignore[misc]
+                    host.endswith(f".{w.pid}")
+                    for host in live_leases(monitor, f"{stack_env['TOOLFLEET_KEY_PREFIX']}:monitor")
+                ),
+                timeout_s=30,
+                interval_s=0.25,
+                what=f"{worker.kind} (pid {worker.pid}) to hold Flower's task-event lease",
+            )
+    finally:
+        monitor.close()
 
     output = tmp_path / "results.jsonl"
     argv = toolfleet_argv([batch_file.as_posix() if p == batch_arg else p for p in command])
