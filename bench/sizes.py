@@ -19,6 +19,8 @@ class Sizes:
     latency_calls: int
     # Batch sizes for the dispatcher-RSS workload; the last is the headline.
     rss_calls: tuple[int, ...]
+    # Sequential echoes counted by the roundtrips workload (commands per call).
+    roundtrip_calls: int = 200
     echo_workers: int = 2
 
 
@@ -42,4 +44,5 @@ QUICK = Sizes(
     async_thread_pools=(100,),
     latency_calls=50,
     rss_calls=(1_000, 5_000),
+    roundtrip_calls=50,
 )

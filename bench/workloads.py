@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from bench import fleet, inprocess, lionagi_mode, tools
+from bench import fleet, inprocess, lionagi_mode, roundtrips, tools
 from bench.celery_app import ECHO, SLEEP_ASYNC, SLEEP_SYNC
 from bench.measure import Result, percentile
 from bench.procs import repo_root
@@ -353,6 +353,41 @@ def _rss_probe(broker_url: str, calls: int, window: int, batched: bool) -> dict[
     return probe
 
 
+# --- roundtrips: Redis commands per call ------------------------------------------------
+
+
+def roundtrips_(ctx: Context) -> list[Result]:
+    """Commands the server sees per sequential echo, each mode on its own redis-server."""
+    n, c = ctx.sizes.roundtrip_calls, ctx.sizes.echo_workers
+    results: list[Result] = []
+    runs: list[tuple[str, Callable[[], Result]]] = []
+    if ctx.wants("celery"):
+        runs.append(("celery", lambda: roundtrips.celery_line(n, c)))
+        runs.append(("celery", lambda: roundtrips.celery_line(n, c, profile="toolfleet")))
+    if ctx.wants("toolfleet"):
+        reason = ctx.fleet_skip("toolfleet")
+        if reason:
+            results.append(_skipped("roundtrips", "toolfleet", reason))
+        else:
+            runs.append(("toolfleet", lambda: roundtrips.fleet_line(n, c)))
+    for mode, run in runs:
+        try:
+            results.append(run())
+        except Exception as exc:
+            results.append(Result("roundtrips", mode, n, 0.0, error=_text(exc)))
+    by_key = {_key(r): r for r in results if r.ok}
+    for r in by_key.values():
+        for key, other in by_key.items():
+            if other is not r:
+                mine, theirs = r.extra["commands_per_call"], other.extra["commands_per_call"]
+                r.ratios[f"commands_vs_{key}"] = mine / theirs
+    if "toolfleet" in by_key and "celery" in by_key:
+        ratio = by_key["toolfleet"].ratios["commands_vs_celery"]
+        target = _target("commands_per_call <= 1.0 x celery", ratio, ratio <= 1.0)
+        by_key["toolfleet"].target = target
+    return results
+
+
 def _target(name: str, value: float, met: bool) -> dict[str, object]:
     return {"name": name, "value": round(value, 3), "met": bool(met)}
 
@@ -363,4 +398,5 @@ WORKLOADS: dict[str, Callable[[Context], Iterable[Result]]] = {
     "async": async_,
     "latency": latency,
     "rss": rss,
+    "roundtrips": roundtrips_,
 }

@@ -1,0 +1,157 @@
+"""The ``roundtrips`` workload: Redis commands the server sees per call, sequential echo.
+
+Deterministic where wall time is not: each mode runs on its **own** ``redis-server`` (started
+here on a free port, stopped by PID), so no other client's commands are counted; the count is
+``INFO commandstats`` after the calls minus before, less what the same processes send while
+idle for as long (pollers: BRPOP timeouts, heartbeats, the monitor lease check), divided by
+the number of calls. Each line carries the per-command breakdown (``commands``), so a
+regression names its command.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+
+import redis
+
+from bench import fleet
+from bench.celery_app import ECHO
+from bench.measure import Result
+from bench.raw_celery import RawCelery
+from bench.raw_celery import worker as raw_worker
+
+__all__ = ["PrivateRedis", "command_counts", "measure_commands"]
+
+# Calls not counted: imports, connections, script loading (EVALSHA's first NOSCRIPT).
+WARMUP_CALLS = 5
+READY_TIMEOUT_S = 10.0
+
+
+class PrivateRedis:
+    """A throwaway ``redis-server`` on a free loopback port, no persistence; stopped by PID."""
+
+    def __init__(self) -> None:
+        self.port = _free_port()
+        self.dir = tempfile.mkdtemp(prefix="bench-redis-")
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def __enter__(self) -> PrivateRedis:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise RuntimeError("the roundtrips workload needs redis-server on PATH")
+        argv = [binary, "--bind", "127.0.0.1", "--port", str(self.port), "--save", "",
+                "--appendonly", "no", "--dir", self.dir]  # fmt: skip
+        self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        client = redis.Redis(port=self.port)
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while True:
+            try:
+                client.ping()
+                break
+            except redis.ConnectionError:
+                if time.monotonic() > deadline or self.proc.poll() is not None:
+                    self.__exit__()
+                    raise RuntimeError(f"redis-server on port {self.port} did not start") from None
+                time.sleep(0.05)  # polling a starting server; there is no event to wait on
+        client.close()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=10)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def command_counts(client: redis.Redis) -> dict[str, int]:
+    """``INFO commandstats`` as {command: calls}, without the INFO calls this makes."""
+    stats = client.info("commandstats")
+    counts = {k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in stats.items()}
+    counts.pop("info", None)
+    return counts
+
+
+def _delta(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
+    return {k: v - before.get(k, 0) for k, v in after.items() if v - before.get(k, 0)}
+
+
+def measure_commands(
+    client: redis.Redis, run: Callable[[], object], calls: int
+) -> tuple[dict[str, float], float]:
+    """Per-call command counts of ``run()`` (``calls`` calls), less the idle rate; and wall s."""
+    before = command_counts(client)
+    start = time.perf_counter()
+    run()
+    wall_s = time.perf_counter() - start
+    busy = _delta(command_counts(client), before)
+    # The same processes, doing nothing for as long: what they poll regardless of calls.
+    before = command_counts(client)
+    time.sleep(wall_s)
+    idle = _delta(command_counts(client), before)
+    per_call = {k: (busy.get(k, 0) - idle.get(k, 0)) / calls for k in busy.keys() | idle.keys()}
+    return {k: v for k, v in sorted(per_call.items()) if abs(v) >= 0.005}, wall_s
+
+
+def _line(mode: str, variant: str, calls: int, per_call: dict[str, float], wall_s: float) -> Result:
+    extra: dict[str, object] = {
+        "commands_per_call": round(sum(per_call.values()), 2),
+        "commands": {k: round(v, 2) for k, v in per_call.items()},
+    }
+    return Result("roundtrips", mode, calls, wall_s, variant, extra)
+
+
+@contextlib.contextmanager
+def _server() -> Iterator[tuple[PrivateRedis, redis.Redis]]:
+    with PrivateRedis() as server:
+        client = redis.Redis(port=server.port)
+        try:
+            yield server, client
+        finally:
+            client.close()
+
+
+def celery_line(calls: int, workers: int, profile: str | None = None) -> Result:
+    """Raw Celery ``apply_async().get()`` one at a time, on its own server."""
+    variant = "toolfleet-settings" if profile else ""
+    args = [{"value": i} for i in range(calls)]
+    with _server() as (server, client):
+        with raw_worker(server.url, "prefork", workers, "bench-raw-roundtrips", profile):
+            raw = RawCelery(server.url, profile)
+            try:
+                raw.run_sequential(ECHO, args[:WARMUP_CALLS], 60)
+                per_call, wall_s = measure_commands(
+                    client, lambda: raw.run_sequential(ECHO, args, 60), calls
+                )
+            finally:
+                raw.close()
+    return _line("celery", variant, calls, per_call, wall_s)
+
+
+def fleet_line(calls: int, workers: int) -> Result:
+    """toolfleet ``await branch.act(one)`` one at a time, on its own server."""
+    args = [{"value": i} for i in range(calls)]
+    with _server() as (server, client):
+        with fleet.worker(server.url, "sync", workers, "bench-fleet-roundtrips"):
+            with fleet.FleetClient(server.url) as fc:
+                fc.run_sequential("echo", args[:WARMUP_CALLS], 60)
+                per_call, wall_s = measure_commands(
+                    client, lambda: fc.run_sequential("echo", args, 60), calls
+                )
+    return _line("toolfleet", "", calls, per_call, wall_s)
