@@ -11,9 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import uuid
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 from dispatcher.cancel import Settler, cancelled_error, settle_calls, stopped_result
@@ -38,9 +36,9 @@ from schemas.errors import (
     ToolTimeoutError,
     UnknownToolError,
 )
-from schemas.execution import Execution
 from schemas.function_calling import REDACTED, normalize_arguments
 from schemas.messages import ActionRequest, ActionResponse
+from schemas.record import EventRecord
 from schemas.serialize import format_error, to_jsonable
 from schemas.status import EventStatus
 from schemas.wire import CallMessage, CallResult
@@ -279,7 +277,7 @@ class Batch:
             unit = await self._transact(item, index)
             if span is not None:
                 result = unit.result
-                last = unit.events[-1] if unit.events else {}
+                last = EventRecord.from_dict(unit.events[-1]) if unit.events else None
                 span.update_name(f"toolfleet.call {result.function}")
                 tracing.set_call_status(
                     span,
@@ -289,8 +287,8 @@ class Batch:
                     call_id=result.call_id,
                     tool_call_id=result.tool_call_id,
                     branch_id=self.branch.id,
-                    worker=last.get("worker"),
-                    attempt=last.get("attempt"),
+                    worker=last.worker if last is not None else None,
+                    attempt=last.attempt if last is not None else None,
                 )
             return unit
 
@@ -487,14 +485,14 @@ class Batch:
     # -- units -------------------------------------------------------------------------
 
     def _record(self, ctx: CallContext, result: CallResult) -> dict[str, Any]:
-        return {
-            **result.event,
-            "call_id": ctx.call_id,
-            "tool_call_id": ctx.tool_call_id,
-            "branch_id": ctx.branch_id,
-            "attempt": result.attempt,
-            "worker": result.worker,
-        }
+        record = EventRecord.from_dict(result.event).in_history(
+            call_id=ctx.call_id,
+            tool_call_id=ctx.tool_call_id,
+            branch_id=ctx.branch_id,
+            attempt=result.attempt,
+            worker=result.worker,
+        )
+        return record.to_dict()
 
     def _finished(self, ctx: CallContext, result: CallResult, events: list[dict[str, Any]]) -> Unit:
         execution = result.to_execution()
@@ -543,24 +541,24 @@ class Batch:
         error = format_error(exc)
         arguments = ctx.public_arguments
         output = {"error": error, "function": ctx.function, "arguments": arguments}
-        execution = Execution(status=EventStatus.ABORTED)
-        execution.add_error(exc)
-        record = {
-            "id": str(uuid.uuid4()),
-            "created_at": datetime.now(UTC).isoformat(),
-            "execution": execution.to_dict(),
-            "function": ctx.function,
-            "arguments": arguments,
-            "call_id": ctx.call_id,
-            "tool_call_id": ctx.tool_call_id,
-            "branch_id": ctx.branch_id,
-            "attempt": len(events or ()),
-            "worker": None,
-        }
+        record = EventRecord.not_run(
+            ctx.function,
+            arguments,
+            exc,
+            status=EventStatus.ABORTED,
+            secret_args=ctx.secret_args,
+            duration_s=None,  # never enqueued: no duration at all (C3)
+        ).in_history(
+            call_id=ctx.call_id,
+            tool_call_id=ctx.tool_call_id,
+            branch_id=ctx.branch_id,
+            attempt=len(events or ()),
+            worker=None,
+        )
         request, response, model = _answer(ctx, arguments, output, EventStatus.ABORTED, error)
         return Unit(
             call_id=ctx.call_id,
-            events=[*(events or ()), record],
+            events=[*(events or ()), record.to_dict()],
             request=request,
             response=response,
             result=model,

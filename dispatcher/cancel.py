@@ -18,6 +18,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
 from dispatcher.fleet import Fleet
+from schemas.record import not_run_result
 from schemas.status import EventStatus
 from schemas.tool import Tool
 from schemas.wire import CallMessage, CallResult
@@ -42,16 +43,7 @@ def stopped_result(
     message: CallMessage, tool: Tool | None, error: BaseException, status: EventStatus
 ) -> CallResult:
     """A terminal record for a call stopped by the dispatcher (it never ran, or was stopped)."""
-    from workers.task import failed_event
-
-    return CallResult(
-        call_id=message.call_id,
-        function=message.function,
-        event=failed_event(message, tool, error, status=status),
-        attempt=message.attempt,
-        worker=None,
-        batch_id=message.batch_id,
-    )
+    return not_run_result(message, tool, error, status=status, worker=None)
 
 
 class Settler:

@@ -17,7 +17,6 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from dispatcher.cancel import settle_calls
 from dispatcher.fleet import Fleet
@@ -33,6 +32,7 @@ from dispatcher.journal import (
 from dispatcher.whereabouts import Place, locate
 from schemas.action import ActionResponseModel
 from schemas.errors import DispatcherLostError
+from schemas.record import EventRecord
 from schemas.serialize import format_error
 from schemas.status import EventStatus
 from schemas.tool import Tool
@@ -219,13 +219,12 @@ def _unit(entry: JournalEntry, call: JournalCall, result: CallResult) -> Unit:
         call_id=call.call_id,
         tool_call_id=tool_call_id,
     )
-    event: dict[str, Any] = {
-        **result.event,
-        "call_id": call.call_id,
-        "tool_call_id": tool_call_id,
-        "branch_id": entry.branch_id,
-        "attempt": result.attempt,
-        "worker": result.worker,
-        "batch_id": entry.batch_id,
-    }
-    return Unit(call.call_id, [event], request, response, model)
+    event = EventRecord.from_dict(result.event).in_history(
+        call_id=call.call_id,
+        tool_call_id=tool_call_id,
+        branch_id=entry.branch_id,
+        attempt=result.attempt,
+        worker=result.worker,
+        batch_id=entry.batch_id,
+    )
+    return Unit(call.call_id, [event.to_dict()], request, response, model)

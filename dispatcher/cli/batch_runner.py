@@ -22,6 +22,7 @@ from dispatcher.cli.call_record import CallRecord, Outcome
 from dispatcher.fleet import Fleet
 from dispatcher.session import Gate, Session
 from schemas.action import CallParams
+from schemas.record import EventRecord
 from schemas.settings import Settings
 from schemas.status import EventStatus
 from schemas.wire import CallResult
@@ -62,20 +63,6 @@ class _WatchedFleet(Fleet):
         return future
 
 
-def _event_call_id(record: dict[str, Any]) -> str | None:
-    call_id = record.get("call_id") or record.get("id")
-    return str(call_id) if call_id is not None else None
-
-
-def _event_duration(record: dict[str, Any]) -> float | None:
-    execution = record.get("execution")
-    if isinstance(execution, dict):
-        duration = execution.get("duration")
-        if isinstance(duration, int | float):
-            return float(duration)
-    return None
-
-
 async def run_batch(
     lines: Sequence[BatchLine],
     *,
@@ -104,12 +91,11 @@ async def run_batch(
         durations: dict[str, float] = {}
 
         def observe(event_record: dict[str, Any]) -> None:
-            call_id = _event_call_id(event_record)
-            duration = _event_duration(event_record)
-            if call_id is not None and duration is not None:
-                durations[call_id] = duration
-            execution = event_record.get("execution") or {}
-            count(call_id, str(execution.get("status", "")))
+            record = EventRecord.from_dict(event_record)
+            call_id = record.call_id or record.id
+            if call_id is not None and record.duration_s is not None:
+                durations[call_id] = record.duration_s
+            count(call_id, record.status.value)
 
         session.subscribe(observe)
         branch = session.new_branch(id=branch_id)

@@ -1,0 +1,183 @@
+"""A call's event record: what a worker stores as its terminal record (``CallResult.event``),
+what the dispatcher writes into a branch's history and what observers receive.
+
+The record is JSON. Its stored form holds ``id``, ``created_at``, ``execution``, ``function``,
+``arguments`` and ``tool_call_id``; its history form adds where the call ran (``call_id``,
+``branch_id``, ``attempt``, ``worker``, and ``batch_id`` when recovered). A key is written only
+when it was given, so a record read and written again keeps its exact shape, and keys this
+version does not know are kept.
+
+:meth:`EventRecord.not_run` is the one way to build the record of a call whose tool never ran,
+or was stopped, or was lost (unknown tool, refusal, revoke, cancellation, deadline, a lost
+worker or dispatcher); :func:`not_run_result` wraps it in the call's terminal ``CallResult``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Collection, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, field_validator
+
+from schemas.contract import safe_text
+from schemas.execution import Execution
+from schemas.function_calling import REDACTED, redact
+from schemas.serialize import jsonable_key, to_jsonable
+from schemas.status import EventStatus
+from schemas.tool import Tool
+from schemas.wire import CallMessage, CallResult
+
+__all__ = ["EventRecord", "not_run_result", "shown_arguments"]
+
+
+def shown_arguments(
+    arguments: Mapping[Any, Any], secret_args: Collection[str] | None
+) -> dict[str, Any]:
+    """``arguments`` as records and history show them: JSON keys and values, the value of each
+    secret argument replaced by ``***``. ``secret_args=None`` means no tool is known, so no
+    list of secrets: the names are kept and every value is hidden."""
+    if secret_args is None:
+        hidden = dict.fromkeys(arguments, REDACTED)
+    else:
+        hidden = redact(arguments, frozenset(secret_args))
+    return {jsonable_key(key): to_jsonable(value) for key, value in hidden.items()}
+
+
+class EventRecord(BaseModel):
+    """One execution record of one call (ADR-0012 D1), as JSON-ready fields.
+
+    Build one with :meth:`not_run` or read one with :meth:`from_dict`; :meth:`to_dict` gives
+    back exactly the keys that were set, in the order below, then any unknown keys.
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+    id: str | None = None
+    created_at: str | None = None
+    # Execution.to_dict(): status, duration (seconds), response, error, retryable.
+    execution: dict[str, Any]
+    function: str | None = None
+    # Secret values already replaced (shown_arguments).
+    arguments: Any = None
+    tool_call_id: str | None = None
+    # -- where the call ran: set in the history form (in_history) -------------------
+    call_id: str | None = None
+    branch_id: str | None = None
+    attempt: int | None = None
+    worker: str | None = None
+    batch_id: str | None = None
+
+    @field_validator("execution")
+    @classmethod
+    def _has_status(cls, execution: dict[str, Any]) -> dict[str, Any]:
+        status: Any = execution.get("status")
+        try:
+            EventStatus(status)
+        except (ValueError, TypeError):
+            raise ValueError(
+                f"event execution status {status!r} is not one of {[s.value for s in EventStatus]}"
+            ) from None
+        return execution
+
+    @classmethod
+    def not_run(
+        cls,
+        function: str,
+        arguments: Mapping[Any, Any],
+        error: BaseException,
+        *,
+        status: EventStatus = EventStatus.FAILED,
+        secret_args: Collection[str] | None,
+        tool_call_id: str | None = None,
+        duration_s: float | None = 0.0,
+    ) -> EventRecord:
+        """The record of a call whose tool never ran, was stopped or was lost.
+
+        ``error`` is what stopped it and ``status`` how it ended (FAILED, CANCELLED, ABORTED).
+        ``secret_args`` are the tool's secret argument names, or None when the tool is not
+        known (every value is then hidden). ``duration_s`` is 0.0 for a call a worker or the
+        dispatcher settled, None for one aborted before it was enqueued (C3).
+        """
+        execution = Execution(duration=duration_s, status=status)
+        execution.add_error(error)
+        return cls(
+            id=str(uuid.uuid4()),
+            created_at=datetime.now(UTC).isoformat(),
+            execution=execution.to_dict(),
+            function=safe_text(function),
+            arguments=shown_arguments(arguments, secret_args),
+            tool_call_id=tool_call_id,
+        )
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> EventRecord:
+        """Read a stored or history record (raises pydantic's ValidationError when its
+        ``execution`` is missing or has no valid status)."""
+        return cls.model_validate(dict(data))
+
+    def in_history(
+        self,
+        *,
+        call_id: str | None,
+        tool_call_id: str | None,
+        branch_id: str | None,
+        attempt: int | None,
+        worker: str | None,
+        batch_id: str | None = None,
+    ) -> EventRecord:
+        """This record as a branch's history keeps it: with the call's ids and where it ran
+        (``batch_id`` only when given: a recovered batch names itself)."""
+        update: dict[str, Any] = {
+            "call_id": call_id,
+            "tool_call_id": tool_call_id,
+            "branch_id": branch_id,
+            "attempt": attempt,
+            "worker": worker,
+        }
+        if batch_id is not None:
+            update["batch_id"] = batch_id
+        return self.model_copy(update=update)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object stored and written to history: the keys that were set."""
+        return self.model_dump(exclude_unset=True)
+
+    @property
+    def status(self) -> EventStatus:
+        return EventStatus(self.execution["status"])
+
+    @property
+    def duration_s(self) -> float | None:
+        duration = self.execution.get("duration")
+        return float(duration) if isinstance(duration, int | float) else None
+
+
+def not_run_result(
+    message: CallMessage,
+    tool: Tool | None,
+    error: BaseException,
+    *,
+    status: EventStatus = EventStatus.FAILED,
+    worker: str | None = None,
+) -> CallResult:
+    """The terminal record of ``message``'s call when its tool never ran, was stopped or was
+    lost: :meth:`EventRecord.not_run` placed in a ``CallResult``. ``tool`` (None when the
+    registry does not know it) decides which argument values are hidden."""
+    record = EventRecord.not_run(
+        message.function,
+        message.arguments,
+        error,
+        status=status,
+        secret_args=tool.secret_args if tool is not None else None,
+        tool_call_id=message.tool_call_id,
+    )
+    return CallResult(
+        call_id=message.call_id,
+        function=safe_text(message.function),
+        event=record.to_dict(),
+        attempt=message.attempt,
+        worker=worker,
+        batch_id=message.batch_id,
+    )
