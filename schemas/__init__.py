@@ -36,6 +36,7 @@ from schemas.provider import (
     render_results,
     result_text,
 )
+from schemas.record import EventRecord, not_run_result, shown_arguments
 from schemas.serialize import UNSERIALIZABLE, describe_exception, format_error, to_jsonable
 from schemas.status import TERMINAL_STATUSES, EventStatus
 from schemas.tool import Tool, ToolKind, callable_kind, is_coro_func
@@ -62,6 +63,7 @@ __all__ = [
     "DispatcherLostError",
     "DuplicateToolError",
     "Event",
+    "EventRecord",
     "EventStatus",
     "Execution",
     "FunctionCalling",
@@ -84,10 +86,12 @@ __all__ = [
     "format_error",
     "is_coro_func",
     "normalize_arguments",
+    "not_run_result",
     "openai_function_call_output",
     "openai_tool_message",
     "redact",
     "render_results",
     "result_text",
+    "shown_arguments",
     "to_jsonable",
 ]
