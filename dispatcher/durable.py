@@ -35,8 +35,13 @@ log = logging.getLogger(__name__)
 APPEND_SCRIPT = """
 local n_events = tonumber(ARGV[4])
 if KEYS[3] ~= '' then
-  local current = redis.call('GET', KEYS[3])
-  if current and tonumber(current) >= tonumber(ARGV[2]) then return 0 end
+  -- Advance the count and read the old one in one command (issue 16); a chunk already in
+  -- puts the count back and appends nothing.
+  local current = redis.call('SET', KEYS[3], ARGV[2], 'EX', ARGV[3], 'GET')
+  if current and tonumber(current) >= tonumber(ARGV[2]) then
+    redis.call('SET', KEYS[3], current, 'EX', ARGV[3])
+    return 0
+  end
 end
 local function push(key, first, last)
   local i = first
@@ -49,7 +54,6 @@ local function push(key, first, last)
 end
 push(KEYS[1], 5, 4 + n_events)
 push(KEYS[2], 5 + n_events, #ARGV)
-if KEYS[3] ~= '' then redis.call('SET', KEYS[3], ARGV[2], 'EX', ARGV[3]) end
 return 1
 """
 

@@ -46,40 +46,24 @@ ASYNC_CONNECTION_WAIT_S = 60.0
 
 
 # KEYS: event, started, reply list ("" for none). ARGV: record JSON, attempt, ttl seconds.
+# SET ... GET writes and reads the previous record in one command (issue 16: the common case,
+# no earlier record, costs no separate GET); the rare loser puts the winner's record back.
 _FINISH_SCRIPT = """
-local current = redis.call('GET', KEYS[1])
+local current = redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[3], 'GET')
 if current then
   local ok, decoded = pcall(cjson.decode, current)
-  local attempt = ok and tonumber(decoded['attempt']) or 0
-  if attempt >= tonumber(ARGV[2]) then return 0 end
+  local attempt = ok and type(decoded) == 'table' and tonumber(decoded['attempt']) or 0
+  if attempt >= tonumber(ARGV[2]) then
+    redis.call('SET', KEYS[1], current, 'EX', ARGV[3])
+    return 0
+  end
 end
-redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[3])
 redis.call('DEL', KEYS[2])
 if KEYS[3] ~= '' then
   redis.call('RPUSH', KEYS[3], ARGV[1])
   redis.call('EXPIRE', KEYS[3], ARGV[3])
 end
 return 1
-"""
-
-
-# One round trip to start a call: the stored record of this (or a later) attempt if there is
-# one, else the started marker claimed (NX), else the current holder's marker. Atomic, so no
-# duplicate can finish between the look and the claim.
-_BEGIN_SCRIPT = """
-local function stored()
-  local record = redis.call('GET', KEYS[1])
-  if record then
-    local ok, decoded = pcall(cjson.decode, record)
-    local attempt = ok and type(decoded) == 'table' and tonumber(decoded['attempt']) or 0
-    if attempt >= tonumber(ARGV[2]) then return record end
-  end
-  return nil
-end
-local record = stored()
-if record then return {'record', record} end
-if redis.call('SET', KEYS[2], ARGV[1], 'NX', 'EX', ARGV[3]) then return {'claimed'} end
-return {'holder', redis.call('GET', KEYS[2])}
 """
 
 
@@ -161,6 +145,8 @@ class AsyncRecordStore:
         self.keys = keys
         self.record_ttl_s = record_ttl_s
         self.outage_limit_s = outage_limit_s
+        # EVALSHA, the script text sent again only when the server does not know it.
+        self._finish = client.register_script(_FINISH_SCRIPT)
 
     @classmethod
     def from_url(
@@ -187,24 +173,31 @@ class AsyncRecordStore:
     ) -> tuple[CallResult | None, StartedMarker | None]:
         """Start a call in one round trip: ``(stored record, None)`` when this attempt (or a
         later one) already finished; ``(None, None)`` when ``marker`` now holds the call;
-        ``(None, holder)`` when another delivery holds it."""
-        reply = await self.through_outage(
-            lambda: self.client.eval(
-                _BEGIN_SCRIPT,
-                2,
-                self.keys.event(call_id),
-                self.keys.started(call_id),
-                marker.to_json(),
-                str(marker.attempt),
-                str(self.record_ttl_s),
-            )
-        )
-        kind = reply[0].decode() if isinstance(reply[0], bytes) else str(reply[0])
-        if kind == "record":
-            return CallResult.model_validate_json(reply[1]), None
-        if kind == "claimed":
+        ``(None, holder)`` when another delivery holds it.
+
+        Two commands in one pipeline, claim first (``SET NX GET``), then the record: a record
+        written before our claim is seen (finish() writes it and drops the marker in one
+        script, so whoever finished held the marker before we took it), and none can be
+        written after it but by us. A redelivered finished call gives its claim back.
+        """
+        started = self.keys.started(call_id)
+
+        async def look() -> list[Any]:
+            async with self.client.pipeline(transaction=False) as pipe:
+                pipe.set(started, marker.to_json(), nx=True, get=True, ex=self.record_ttl_s)
+                pipe.get(self.keys.event(call_id))
+                return list(await pipe.execute())
+
+        previous, raw = await self.through_outage(look)
+        if raw is not None:
+            stored = CallResult.model_validate_json(raw)
+            if stored.attempt >= marker.attempt:
+                if previous is None:
+                    await self.release(call_id, marker)
+                return stored, None
+        if previous is None:
             return None, None
-        holder = StartedMarker.from_json(reply[1] or b"")
+        holder = StartedMarker.from_json(previous)
         # Our own claim, applied by a try whose reply was lost in a broker stall.
         return None, (None if holder == marker else holder)
 
@@ -250,18 +243,9 @@ class AsyncRecordStore:
         """
         # Retried through a stall: a try whose reply was lost leaves our record standing, so
         # the retry returns False and the caller reads that record back (issue 12 item 5).
-        stored = await self.through_outage(
-            lambda: self.client.eval(
-                _FINISH_SCRIPT,
-                3,
-                self.keys.event(result.call_id),
-                self.keys.started(result.call_id),
-                reply_to or "",
-                result.model_dump_json(),
-                result.attempt,
-                self.record_ttl_s,
-            )
-        )
+        keys = [self.keys.event(result.call_id), self.keys.started(result.call_id), reply_to or ""]
+        args = [result.model_dump_json(), result.attempt, self.record_ttl_s]
+        stored = await self.through_outage(lambda: self._finish(keys=keys, args=args))
         return bool(stored)
 
     async def through_outage(self, operation: Callable[[], Awaitable[Any]]) -> Any:
