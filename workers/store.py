@@ -244,7 +244,7 @@ class AsyncRecordStore:
         # Retried through a stall: a try whose reply was lost leaves our record standing, so
         # the retry returns False and the caller reads that record back (issue 12 item 5).
         keys = [self.keys.event(result.call_id), self.keys.started(result.call_id), reply_to or ""]
-        args = [result.model_dump_json(), result.attempt, self.record_ttl_s]
+        args: list[str | int] = [result.model_dump_json(), result.attempt, self.record_ttl_s]
         stored = await self.through_outage(lambda: self._finish(keys=keys, args=args))
         return bool(stored)
 
