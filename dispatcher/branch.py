@@ -122,6 +122,33 @@ class Branch:
         with tracing.span("toolfleet.act", attributes):
             return await batch.run()
 
+    def act_sync(
+        self,
+        action_request: Any,
+        *,
+        strategy: str = "concurrent",
+        verbose_action: bool = False,
+        suppress_errors: bool = True,
+        call_params: CallParams | None = None,
+    ) -> list[ActionResponseModel]:
+        """:meth:`act` for synchronous code: runs the batch on a private event loop and
+        closes the fleet's clients of that loop before returning. Same arguments, same
+        results; callable again, and from any thread. Inside a running loop it runs the
+        batch in a helper thread (so prefer ``await branch.act(...)`` there)."""
+        from dispatcher.sync_run import run_sync
+
+        fleet = self.fleet
+        return run_sync(
+            lambda: self.act(
+                action_request,
+                strategy=strategy,
+                verbose_action=verbose_action,
+                suppress_errors=suppress_errors,
+                call_params=call_params,
+            ),
+            close=fleet.aclose,
+        )
+
     @classmethod
     async def load(
         cls,

@@ -101,6 +101,7 @@ class DurableLog:
         self.branch_id = branch_id
         self._backlog: list[Chunk] = []
         self._lock = asyncio.Lock()
+        self._lock_loop: asyncio.AbstractEventLoop | None = None
         self.last_error: str | None = None
 
     @property
@@ -116,8 +117,16 @@ class DurableLog:
         self._backlog.append(chunk)
         return await self.flush(client, keys, ttl_s)
 
+    def _loop_lock(self) -> asyncio.Lock:
+        # An asyncio.Lock that once waited belongs to that loop; a branch acted on from a
+        # later loop (act_sync, issue 14 item 7) gets a fresh one.
+        loop = asyncio.get_running_loop()
+        if self._lock_loop is not loop:
+            self._lock, self._lock_loop = asyncio.Lock(), loop
+        return self._lock
+
     async def flush(self, client: aioredis.Redis, keys: Keys, ttl_s: int) -> str | None:
-        async with self._lock:
+        async with self._loop_lock():
             while self._backlog:
                 try:
                     await append_chunk(client, keys, self.branch_id, self._backlog[0], ttl_s)

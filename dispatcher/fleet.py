@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import uuid
+import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -12,8 +12,8 @@ from typing import Any
 import redis.asyncio as aioredis
 from celery import Celery
 
-from dispatcher.broker_watch import BrokerWatch
 from dispatcher.collector import Collector
+from dispatcher.loop_binding import LoopBinding
 from dispatcher.reconciler import Reconciler
 from schemas.errors import BrokerError
 from schemas.keys import Keys
@@ -36,9 +36,12 @@ class Fleet:
     registry unless given): the dispatcher validates arguments, redacts secrets and picks
     each call's queue from the tool registered under its name.
 
-    Redis clients and the collector belong to one event loop; they are created on first use
-    inside a running loop and re-created if the fleet is later used from another loop.
-    Call :meth:`aclose` when done.
+    A fleet may be used from any number of event loops, one after another or at once (one
+    per thread): each loop gets its own Redis clients, collector and reply list on first use
+    (:mod:`dispatcher.loop_binding`), closed when that loop ends through ``asyncio.run`` or
+    earlier by ``await fleet.aclose()`` inside it. The one rule left: a loop closed by hand
+    (``loop.close()`` without ``loop.shutdown_asyncgens()``) must ``await fleet.aclose()``
+    first, or its connections are left to the garbage collector.
     """
 
     def __init__(self, settings: Settings | None = None, *, registry: Registry | None = None):
@@ -48,15 +51,11 @@ class Fleet:
         self.keys = Keys(self.settings.key_prefix)
         self.app: Celery = create_app(self.settings, registry=self.registry)
         self.redis_url = redis_url_of(self.app)
-        self.collector_id = uuid.uuid4().hex
-        self.reply_key = self.keys.reply(self.collector_id)
-        # kombu producers are not thread-safe: one publishing thread per fleet.
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="toolfleet-publish")
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._redis: aioredis.Redis | None = None
-        self._collector: Collector | None = None
-        self._watch: BrokerWatch | None = None
-        self._reconciler: Reconciler | None = None
+        # kombu producers are not thread-safe: one publishing thread per fleet, shared by
+        # every loop that uses it.
+        self._executor: ThreadPoolExecutor | None = None
+        self._bindings: dict[asyncio.AbstractEventLoop, LoopBinding] = {}
+        self._bindings_lock = threading.Lock()
 
     @classmethod
     def from_env(cls, *, registry: Registry | None = None, **overrides: Any) -> Fleet:
@@ -67,57 +66,55 @@ class Fleet:
         """The registered tool named ``function``; UnknownToolError if there is none."""
         return self.registry.get(function)
 
-    def _bind(self) -> None:
+    def _bind(self) -> LoopBinding:
         loop = asyncio.get_running_loop()
-        if self._loop is loop and self._redis is not None:
-            return
-        # A previous loop's clients cannot be awaited from here; drop them.
-        self._loop = loop
-        self._redis = aioredis.Redis.from_url(self.redis_url)
-        self._collector = Collector(
-            aioredis.Redis.from_url(self.redis_url), self.reply_key, self.keys.event
-        )
-        self._collector.start()
-        # Issue 7: a broker restart or long outage must not leave calls awaited forever.
-        self._watch = BrokerWatch(
-            aioredis.Redis.from_url(self.redis_url),
-            self._collector,
-            self.keys,
-            self.redis_url,
-            pools=[self._redis.connection_pool],
-            outage_limit_s=self.settings.outage_limit_s,
-        )
-        self._watch.start()
-        # Issue 12: a queue with no worker, or a message the broker lost, must not leave a
-        # call awaited forever.
-        self._reconciler = Reconciler(
-            aioredis.Redis.from_url(self.redis_url),
-            self._collector,
-            self.keys,
-            self.settings,
-            self._publish_raw,
-            self.collector_id,
-        )
-        self._reconciler.start()
+        with self._bindings_lock:
+            binding = self._bindings.get(loop)
+            if binding is not None:
+                return binding
+            # A loop closed without shutdown_asyncgens() (closed by hand) cannot close its
+            # binding any more; forget it and let the collector free its sockets.
+            for stale in [other for other in self._bindings if other.is_closed()]:
+                log.warning(
+                    "fleet: an event loop was closed without 'await fleet.aclose()' or "
+                    "loop.shutdown_asyncgens(); its Redis connections are left to the "
+                    "garbage collector"
+                )
+                del self._bindings[stale]
+            binding = LoopBinding(
+                self.redis_url, self.keys, self.settings, self._publish_raw, self._release
+            )
+            self._bindings[loop] = binding
+            return binding
+
+    async def _release(self, binding: LoopBinding) -> None:
+        with self._bindings_lock:
+            if self._bindings.get(binding.loop) is binding:
+                del self._bindings[binding.loop]
+        await binding.aclose()
+
+    @property
+    def collector_id(self) -> str:
+        """The running loop's dispatcher id (names its reply list and its liveness key)."""
+        return self._bind().dispatcher_id
+
+    @property
+    def reply_key(self) -> str:
+        """The Redis list the running loop's collector reads results from."""
+        return self._bind().reply_key
 
     @property
     def redis(self) -> aioredis.Redis:
         """The asyncio Redis client for history and records, bound to the running loop."""
-        self._bind()
-        assert self._redis is not None
-        return self._redis
+        return self._bind().redis
 
     @property
     def collector(self) -> Collector:
-        self._bind()
-        assert self._collector is not None
-        return self._collector
+        return self._bind().collector
 
     @property
     def reconciler(self) -> Reconciler:
-        self._bind()
-        assert self._reconciler is not None
-        return self._reconciler
+        return self._bind().reconciler
 
     def expect(self, call_id: str, attempt: int) -> asyncio.Future[CallResult]:
         return self.collector.expect(call_id, attempt)
@@ -134,6 +131,14 @@ class Fleet:
         await self._publish_raw(calls, batch_size=batch_size)
         await self.reconciler.published(calls)
 
+    def _publishing_thread(self) -> ThreadPoolExecutor:
+        with self._bindings_lock:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(
+                    max_workers=1, thread_name_prefix="toolfleet-publish"
+                )
+            return self._executor
+
     async def _publish_raw(
         self, calls: Sequence[tuple[CallMessage, Tool]], *, batch_size: int | None = None
     ) -> None:
@@ -144,11 +149,12 @@ class Fleet:
             return
         loop = asyncio.get_running_loop()
         try:
+            executor = self._publishing_thread()
             if batch_size is None:
-                await loop.run_in_executor(self._executor, publish_calls, self.app, list(calls))
+                await loop.run_in_executor(executor, publish_calls, self.app, list(calls))
             else:
                 await loop.run_in_executor(
-                    self._executor, publish_batched, self.app, list(calls), batch_size
+                    executor, publish_batched, self.app, list(calls), batch_size
                 )
         except BrokerError:
             raise
@@ -159,24 +165,31 @@ class Fleet:
             ) from exc
 
     async def aclose(self) -> None:
-        """Stop the collector and close the Redis clients (of the current loop)."""
-        collector, self._collector = self._collector, None
-        reconciler, self._reconciler = self._reconciler, None
-        client, self._redis = self._redis, None
-        watch, self._watch = self._watch, None
-        same_loop = self._loop is asyncio.get_running_loop()
-        self._loop = None
-        if same_loop:
-            if reconciler is not None:
-                await reconciler.aclose()
-            if watch is not None:
-                await watch.aclose()
-            if collector is not None:
-                await collector.aclose()
-            if client is not None:
-                await client.aclose()
-        self._executor.shutdown(wait=False)
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="toolfleet-publish")
+        """Close the running loop's clients and background tasks now.
+
+        Optional when the loop is run by ``asyncio.run`` (or ``asyncio.Runner``): each
+        loop's share closes itself when that loop shuts down. Other loops' shares are left
+        to them. The fleet stays usable: the next call in any loop binds afresh."""
+        loop = asyncio.get_running_loop()
+        with self._bindings_lock:
+            binding = self._bindings.get(loop)
+        if binding is not None:
+            await self._release(binding)
+
+    def close(self) -> None:
+        """Stop the publishing thread now rather than when the fleet is garbage-collected
+        (a new one starts if the fleet is used again). Each loop's clients close with that
+        loop, or with ``await fleet.aclose()`` inside it."""
+        with self._bindings_lock:
+            executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=False)
+
+    @property
+    def loops_bound(self) -> int:
+        """How many event loops hold clients of this fleet now (0 after they all ended)."""
+        with self._bindings_lock:
+            return len(self._bindings)
 
     async def __aenter__(self) -> Fleet:
         return self
@@ -186,11 +199,14 @@ class Fleet:
 
 
 _default: Fleet | None = None
+_default_lock = threading.Lock()
 
 
 def default_fleet() -> Fleet:
-    """The process-default fleet, ``Fleet.from_env()``, created on first use."""
+    """The process-default fleet, ``Fleet.from_env()``, created on first use (once, even
+    when threads ask at the same time)."""
     global _default
-    if _default is None:
-        _default = Fleet.from_env()
-    return _default
+    with _default_lock:
+        if _default is None:
+            _default = Fleet.from_env()
+        return _default
