@@ -11,17 +11,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from typing import Any, Literal, Protocol, get_args
 
 from schemas.errors import ConfigurationError
 from schemas.serialize import to_jsonable
 
-if TYPE_CHECKING:
-    from schemas.action import ActionResponseModel
-
 __all__ = [
     "RESULT_FORMATS",
     "ResultFormat",
+    "ToolResult",
     "anthropic_tool_result",
     "openai_function_call_output",
     "openai_tool_message",
@@ -33,7 +31,23 @@ ResultFormat = Literal["openai", "openai-responses", "anthropic"]
 RESULT_FORMATS: tuple[str, ...] = get_args(ResultFormat)
 
 
-def result_text(result: ActionResponseModel) -> str:
+class ToolResult(Protocol):
+    """What rendering needs of one call's result (schemas.action.ActionResponseModel has it);
+    a Protocol, so this module does not import the model that renders through it."""
+
+    @property
+    def function(self) -> str: ...
+    @property
+    def output(self) -> Any: ...
+    @property
+    def error(self) -> str | None: ...
+    @property
+    def call_id(self) -> str | None: ...
+    @property
+    def tool_call_id(self) -> str | None: ...
+
+
+def result_text(result: ToolResult) -> str:
     """The text a model reads: the error for a call that did not complete, else the output
     (a string as is, anything else as JSON)."""
     if result.error is not None:
@@ -44,7 +58,7 @@ def result_text(result: ActionResponseModel) -> str:
     return json.dumps(to_jsonable(output), ensure_ascii=False)
 
 
-def _id(result: ActionResponseModel) -> str:
+def _id(result: ToolResult) -> str:
     tool_call_id = result.tool_call_id or result.call_id
     if not tool_call_id:
         raise ConfigurationError(
@@ -54,17 +68,17 @@ def _id(result: ActionResponseModel) -> str:
     return tool_call_id
 
 
-def openai_tool_message(result: ActionResponseModel) -> dict[str, Any]:
+def openai_tool_message(result: ToolResult) -> dict[str, Any]:
     """The Chat Completions ``tool`` message answering the call."""
     return {"role": "tool", "tool_call_id": _id(result), "content": result_text(result)}
 
 
-def openai_function_call_output(result: ActionResponseModel) -> dict[str, Any]:
+def openai_function_call_output(result: ToolResult) -> dict[str, Any]:
     """The Responses API ``function_call_output`` input item answering the call."""
     return {"type": "function_call_output", "call_id": _id(result), "output": result_text(result)}
 
 
-def anthropic_tool_result(result: ActionResponseModel) -> dict[str, Any]:
+def anthropic_tool_result(result: ToolResult) -> dict[str, Any]:
     """The Messages API ``tool_result`` block; ``is_error`` for failed, aborted or denied."""
     return {
         "type": "tool_result",
@@ -74,9 +88,7 @@ def anthropic_tool_result(result: ActionResponseModel) -> dict[str, Any]:
     }
 
 
-def render_results(
-    results: Iterable[ActionResponseModel], format: str = "openai"
-) -> list[dict[str, Any]]:
+def render_results(results: Iterable[ToolResult], format: str = "openai") -> list[dict[str, Any]]:
     """Every result in ``format``, in the order given (Branch.act() returns input order).
 
     ``openai``: the ``tool`` messages to append to ``messages``; ``openai-responses``: the
