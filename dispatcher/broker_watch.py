@@ -3,8 +3,9 @@
 Redis restarted without its data loses queued messages, unacked deliveries, started markers and
 reply lists: a call in flight then never gets a result. The watch notices the restart (Redis's
 ``run_id`` changes), gives running calls a grace period to report to the new instance, then
-looks up every call still awaited: a stored record is delivered, and a call with none is failed
-with a BrokerError naming the broker. A broker unreachable for longer than ``OUTAGE_LIMIT_S``
+looks up every call still awaited: a stored record is delivered, a call still queued, reserved
+or started (a broker that kept its data) goes on, and a call found nowhere is failed with a
+BrokerError naming the broker. A broker unreachable for longer than ``OUTAGE_LIMIT_S``
 fails every awaited call the same way. The batch turns that error into a FAILED record that is
 stored first (so no worker runs the call later) and revokes it.
 """
@@ -22,6 +23,7 @@ from redis.exceptions import RedisError
 
 from dispatcher.collector import Collector
 from dispatcher.stopping import cancel_and_wait
+from dispatcher.whereabouts import Place, locate
 from schemas.errors import BrokerError
 from schemas.keys import Keys
 
@@ -49,6 +51,7 @@ class BrokerWatch:
         pools: Sequence[aioredis.ConnectionPool] = (),
         clock: Callable[[], float] = time.monotonic,
         outage_limit_s: float = OUTAGE_LIMIT_S,
+        queues: Sequence[str] = (),
     ) -> None:
         self.client = client
         self.collector = collector
@@ -57,6 +60,9 @@ class BrokerWatch:
         self._clock = clock
         # Issue 12: TOOLFLEET_OUTAGE_LIMIT_S; an outage shorter than this fails no call.
         self.outage_limit_s = outage_limit_s
+        # The queues a restart is checked against: a broker that kept its data (appendonly)
+        # still holds the queued and reserved messages, and those calls are not lost.
+        self.queues = tuple(queues)
         # Connection pools whose idle connections a restart leaves stale: redis-py does not
         # retry a pipeline on one, so the first history write after a restart would fail.
         self._pools = tuple(pools)
@@ -116,7 +122,8 @@ class BrokerWatch:
             await self.reconcile()
 
     async def reconcile(self) -> None:
-        """Deliver the stored record of each awaited call; fail the calls that have none."""
+        """Deliver the stored record of each awaited call; fail the calls the restart lost:
+        no record, and in no queue, not reserved and not started on the new instance."""
         awaited = self.collector.awaited()
         if not awaited:
             return
@@ -127,6 +134,12 @@ class BrokerWatch:
                 self.collector.deliver(raw)
             if self.collector.is_awaited(call_id, attempt):
                 lost.append((call_id, attempt))
+        if lost and self.queues:
+            # Issue 12 (chaos tests): a persistent broker comes back with its queues; the
+            # calls still queued, reserved or running go on (the reconciler and the
+            # worker-lost rules watch them), only those found nowhere were lost.
+            sightings = await locate(self.client, self.keys, [c for c, _ in lost], self.queues)
+            lost = [(c, a) for c, a in lost if sightings[c].place == Place.NOWHERE]
         for call_id, attempt in lost:
             self.collector.fail(
                 call_id,

@@ -54,6 +54,7 @@ class LoopBinding:
             redis_url,
             pools=[self.redis.connection_pool],
             outage_limit_s=settings.outage_limit_s,
+            queues=(settings.sync_queue, settings.async_queue),
         )
         self.watch.start()
         # Issue 12: a queue with no worker, or a message the broker lost, must not leave a
