@@ -21,7 +21,8 @@ from dispatcher.cli.batch_file import BatchLine
 from dispatcher.cli.call_record import CallRecord, Outcome
 from dispatcher.fleet import Fleet
 from dispatcher.session import Gate, Session
-from schemas.action import CallParams
+from schemas.action import ActionResponseModel, CallParams
+from schemas.messages import ActionResponse, Message
 from schemas.record import EventRecord
 from schemas.settings import Settings
 from schemas.status import EventStatus
@@ -30,6 +31,7 @@ from schemas.wire import CallResult
 __all__ = ["BatchResult", "run_batch"]
 
 ProgressCallback = Callable[[Outcome], None]
+RecordCallback = Callable[[CallRecord], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +65,39 @@ class _WatchedFleet(Fleet):
         return future
 
 
+def _streamer(
+    calls: Sequence[BatchLine],
+    statuses: dict[str, str],
+    durations: dict[str, float],
+    on_record: RecordCallback,
+) -> Callable[[Message], None]:
+    """An on_message callback: each ActionResponse, written in input order, is the next
+    call's result; its status is its last event's (a denied call has none: SKIPPED)."""
+    position = iter(calls)
+
+    def on_message(message: Message) -> None:
+        if not isinstance(message, ActionResponse):
+            return
+        line = next(position, None)
+        if line is None:
+            return
+        content = message.content
+        call_id = content.call_id or ""
+        status = statuses.get(call_id, EventStatus.SKIPPED.value)
+        response = ActionResponseModel(
+            function=content.function,
+            arguments=content.arguments,
+            output=content.output,
+            status=EventStatus(status),
+            error=content.error,
+            call_id=content.call_id,
+            tool_call_id=content.tool_call_id,
+        )
+        on_record(CallRecord.from_response(line.line_no, response, durations.get(call_id)))
+
+    return on_message
+
+
 async def run_batch(
     lines: Sequence[BatchLine],
     *,
@@ -72,8 +107,12 @@ async def run_batch(
     gates: Sequence[Gate] = (),
     on_progress: ProgressCallback | None = None,
     branch_id: str | None = None,
+    on_record: RecordCallback | None = None,
 ) -> BatchResult:
-    """Run every well-formed line as one ``act()``; malformed lines become error records."""
+    """Run every well-formed line as one ``act()``; malformed lines become error records.
+
+    ``on_record`` gets each call's record as soon as its history is written (input order),
+    also for the calls an interrupted batch records as cancelled on its way out."""
     started = time.monotonic()
     counted: set[str] = set()
 
@@ -89,17 +128,22 @@ async def run_batch(
         for gate in gates:
             session.gate(gate)
         durations: dict[str, float] = {}
+        statuses: dict[str, str] = {}
 
         def observe(event_record: dict[str, Any]) -> None:
             record = EventRecord.from_dict(event_record)
             call_id = record.call_id or record.id
             if call_id is not None and record.duration_s is not None:
                 durations[call_id] = record.duration_s
+            if call_id is not None:
+                statuses[call_id] = record.status.value
             count(call_id, record.status.value)
 
         session.subscribe(observe)
         branch = session.new_branch(id=branch_id)
         calls = [line for line in lines if line.error is None]
+        if on_record is not None:
+            branch.on_message(_streamer(calls, statuses, durations, on_record))
         for line in lines:
             if line.error is not None and on_progress is not None:
                 on_progress("malformed")

@@ -29,7 +29,14 @@ from rich.text import Text
 
 from dispatcher.cli.call_record import OUTCOMES, CallRecord
 
-__all__ = ["BatchProgress", "render_results", "render_summary", "slowest_tools"]
+__all__ = [
+    "PROBLEMS_MAX_ROWS",
+    "BatchProgress",
+    "render_problems",
+    "render_results",
+    "render_summary",
+    "slowest_tools",
+]
 
 _OUTCOME_STYLE = {
     "done": "green",
@@ -186,4 +193,39 @@ def render_results(records: list[CallRecord], *, width: int = 60) -> Table:
             Text(record.outcome, style=_OUTCOME_STYLE[record.outcome]),
             shown,
         )
+    return table
+
+
+# A batch where most calls fail would otherwise print one row per call; past this many the
+# table says how many more there are (every one is in --output / --json).
+PROBLEMS_MAX_ROWS = 500
+
+
+def render_problems(records: list[CallRecord], *, width: int = 80) -> Table | None:
+    """The calls that did not complete (failed, denied, malformed, cancelled), in input
+    order: what a person needs from a batch too large for the full results table."""
+    problems = [record for record in records if record.outcome != "done"]
+    if not problems:
+        return None
+    shown_rows = problems[:PROBLEMS_MAX_ROWS]
+    table = Table(
+        title=f"calls that did not complete: {len(problems)}",
+        show_header=True,
+        header_style="bold",
+    )
+    for column in ("line", "function", "outcome", "error"):
+        table.add_column(column, overflow="fold")
+    for record in shown_rows:
+        error = record.error or repr(record.output)
+        if len(error) > width:
+            error = error[: width - 1] + "…"
+        table.add_row(
+            str(record.line_no),
+            record.function or "-",
+            Text(record.outcome, style=_OUTCOME_STYLE[record.outcome]),
+            error,
+        )
+    if len(problems) > len(shown_rows):
+        more = len(problems) - len(shown_rows)
+        table.caption = f"… and {more} more; every result is in --output / --json"
     return table

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import sys
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, BinaryIO, TextIO
@@ -19,7 +21,13 @@ from rich.console import Console
 
 from dispatcher.cli.batch_file import BatchLine, parse_batch_bytes
 from dispatcher.cli.call_record import CallRecord
-from dispatcher.cli.progress import BatchProgress, render_results, render_summary
+from dispatcher.cli.progress import (
+    BatchProgress,
+    render_problems,
+    render_results,
+    render_summary,
+)
+from dispatcher.cli.result_stream import ResultStream
 from schemas.errors import ConfigurationError, ToolfleetError
 
 __all__ = ["EXIT_INTERRUPTED", "read_batch", "register", "write_records"]
@@ -180,7 +188,7 @@ def write_records(records: Sequence[CallRecord], handle: TextIO, *, branch_id: s
 def _open_output(path: str) -> TextIO:
     """Check up front that --output can be written, so a typo does not cost the batch."""
     try:
-        return open(path, "a", encoding="utf-8")
+        return open(path, "w", encoding="utf-8")
     except OSError as exc:
         raise ConfigurationError(
             f"--output {path!r} cannot be written ({exc.strerror}); pass a writable file path"
@@ -228,6 +236,12 @@ def _run(args: argparse.Namespace) -> int:
             "(a private Redis and two local workers)…[/dim]",
             soft_wrap=True,
         )
+    branch_id = str(uuid.uuid4())
+    sinks: list[TextIO] = [output] if output is not None else []
+    if args.json:
+        sinks.append(sys.stdout)
+    # Results go out as calls finish, so an interrupted or killed run keeps what finished.
+    stream = ResultStream(lines, sinks, branch_id)
     try:
         result = _execute(
             lines,
@@ -236,10 +250,11 @@ def _run(args: argparse.Namespace) -> int:
             max_concurrent=args.max_concurrent,
             console=err,
             show_progress=not args.json,
+            branch_id=branch_id,
+            on_record=stream.add,
         )
     except KeyboardInterrupt:
-        print("toolfleet run: interrupted; the fleet was stopped", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return _interrupted(stream, external=bool(settings.broker_url), output=args.output)
     except ToolfleetError as exc:
         print(f"toolfleet run: {exc}", file=sys.stderr)
         return 2
@@ -247,15 +262,14 @@ def _run(args: argparse.Namespace) -> int:
         if output is not None:
             output.close()
     branch_id, records, elapsed_s = result
-    if args.output:
-        with open(args.output, "w", encoding="utf-8") as handle:
-            write_records(records, handle, branch_id=branch_id)
-    if args.json:
-        write_records(records, sys.stdout, branch_id=branch_id)
-        sys.stdout.flush()
-    else:
+    stream.finish(records)
+    if not args.json:
         if len(records) <= _RESULTS_TABLE_MAX_ROWS:
             out.print(render_results(records))
+        else:
+            problems = render_problems(records)
+            if problems is not None:
+                out.print(problems)
         out.print(render_summary(records, elapsed_s))
         out.print(
             f"branch {branch_id}: see its history with `toolfleet history {branch_id}`",
@@ -264,6 +278,35 @@ def _run(args: argparse.Namespace) -> int:
         if args.output:
             out.print(f"results written to {args.output}")
     return 0 if all(record.outcome == "done" for record in records) else 1
+
+
+def _interrupted(stream: ResultStream, *, external: bool, output: str | None) -> int:
+    """Ctrl-C: every line gets its result (unfinished ones cancelled), then say what stopped."""
+    with contextlib.suppress(KeyboardInterrupt):  # a second Ctrl-C must not lose the lines
+        records = stream.interrupt()
+    finished = sum(1 for r in records if r.outcome not in ("cancelled", "malformed"))
+    cancelled = sum(1 for r in records if r.outcome == "cancelled")
+    stopped = (
+        "the batch was stopped; your fleet's workers keep running"
+        if external
+        else "the batch and the embedded fleet were stopped"
+    )
+    print(
+        f"toolfleet run: interrupted: {finished} call(s) finished, {cancelled} cancelled; "
+        f"{stopped}",
+        file=sys.stderr,
+    )
+    if output:
+        print(f"toolfleet run: results written to {output}", file=sys.stderr)
+    branch_id = stream.branch_id
+    if stream.calls_recorded:
+        print(
+            f"branch {branch_id}: see its history with `toolfleet history {branch_id}`",
+            file=sys.stderr,
+        )
+    else:
+        print("toolfleet run: no call had started; nothing was recorded", file=sys.stderr)
+    return EXIT_INTERRUPTED
 
 
 def _execute(
@@ -276,6 +319,8 @@ def _execute(
     show_progress: bool,
     gates: Sequence[Any] = (),
     embedded_only: bool = False,
+    branch_id: str | None = None,
+    on_record: Any = None,
 ) -> tuple[str, list[CallRecord], float]:
     from dispatcher.cli.batch_runner import run_batch
     from dispatcher.cli.embedded import EmbeddedFleet, resolve_fleet
@@ -300,6 +345,8 @@ def _execute(
                     max_concurrent=max_concurrent,
                     gates=gates,
                     on_progress=progress.advance_outcome,
+                    branch_id=branch_id,
+                    on_record=on_record,
                 )
             )
             progress.finish(result.records)
