@@ -45,6 +45,7 @@ __all__ = [
     "chaos_calls",
     "judge",
     "stored_branch",
+    "stored_results",
     "until",
 ]
 
@@ -201,8 +202,9 @@ def judge(
 ) -> Verdict:
     """Count every way the batch broke the promise (see the module docstring).
 
-    A FAILED call is lost unless its error's class is in ``allowed_failures``; one whose class
-    is in ``must_have_started`` must also have started (a worker lost while it ran)."""
+    A FAILED (or ABORTED) call is lost unless its error's class is in ``allowed_failures``;
+    one whose class is in ``must_have_started`` must also have started (a worker lost while
+    it ran)."""
     verdict = Verdict(calls=len(requests))
     marks = ledger.marks()
     for i, (request, result) in enumerate(zip(requests, results, strict=True)):
@@ -212,7 +214,7 @@ def judge(
         if result.status is EventStatus.COMPLETED:
             if "E" not in phases or result.output != token:
                 verdict.lost.append(f"#{i} COMPLETED but its tool never finished: {phases}")
-        elif result.status is EventStatus.FAILED:
+        elif result.status in (EventStatus.FAILED, EventStatus.ABORTED):
             name = _error_name(result)
             if name not in allowed_failures:
                 verdict.lost.append(f"#{i} FAILED {result.error}")
@@ -257,6 +259,27 @@ def _unpaired(stored: Branch, results: Sequence[ActionResponseModel]) -> list[st
     if len(events) != len(stored.events):
         problems.append("a call has more than one event")
     return problems
+
+
+def stored_results(stored: Branch) -> list[ActionResponseModel]:
+    """Each call's outcome as the stored history tells it (for a batch whose dispatcher died,
+    so no act() returned one): input order, from each response and its call's event."""
+    status_of = {e["call_id"]: EventStatus(e["execution"]["status"]) for e in stored.events}
+    results: list[ActionResponseModel] = []
+    for message in stored.messages:
+        if isinstance(message, ActionResponse):
+            content = message.content
+            results.append(
+                ActionResponseModel(
+                    function=content.function,
+                    arguments=content.arguments,
+                    output=content.output,
+                    error=content.error,
+                    call_id=content.call_id,
+                    status=status_of.get(content.call_id or "", EventStatus.PENDING),
+                )
+            )
+    return results
 
 
 async def stored_branch(settings: Settings, branch_id: str) -> Branch:
