@@ -8,12 +8,15 @@ the embedded default by itself. ``toolfleet worker`` is the friendlier front end
 
 from __future__ import annotations
 
+import os
+import sys
 from typing import Any
 
 from celery import Celery, signals
 from celery.app.amqp import AMQP
 from kombu import Exchange, Queue
 
+from schemas.errors import ConfigurationError
 from schemas.settings import Settings
 from workers.guard import keep_only_toolfleet_tasks
 from workers.registry import Registry, registry
@@ -147,7 +150,19 @@ def redis_url_of(app: Celery) -> str:
 def _load_tools_at_worker_start(app: Celery) -> None:
     def load(sender: Any = None, **_: Any) -> None:
         if getattr(sender, "app", None) is app:
-            registry_of(app).load_modules(settings_of(app).tools)
+            # `celery -A workers.app worker` next to mytools.py: Celery imports the app from
+            # the working directory but does not leave it on sys.path, so the tool modules
+            # would not import (the README's plain-Celery recipe, issue 13 item 8).
+            cwd = os.getcwd()
+            if cwd not in sys.path:
+                sys.path.append(cwd)
+            try:
+                registry_of(app).load_modules(settings_of(app).tools)
+            except ConfigurationError as exc:
+                # Celery logs and swallows a signal handler's Exception, which would leave a
+                # worker that fails every call UnknownToolError: stop it with one line.
+                print(f"toolfleet worker: configuration error: {exc}", file=sys.stderr)
+                raise SystemExit(2) from None
             # Issue 13: Celery's built-ins (celery.accumulate, ...) must not run by name.
             keep_only_toolfleet_tasks(app)
 
