@@ -5,7 +5,10 @@ a worker that receives its message later (one that missed the revoke broadcast, 
 redelivery) finds a terminal record and does not run the tool (C7). If a worker recorded a
 real outcome first, that record wins and is returned instead. Queued calls are revoked;
 running async calls are cancelled through the workers' cancel channel. Running sync calls are
-left to finish: killing a prefork child mid-call could leave a half-done side effect.
+left to finish: killing a prefork child mid-call could leave a half-done side effect. Their
+record says so (``stopped_while_running``), and the worker keeps its own record of the run
+beside it (``Keys.late``), which :func:`dispatcher.history.load_records` attaches to the event
+as ``late_result`` (issue 12 item 7).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from schemas.record import not_run_result
 from schemas.status import EventStatus
 from schemas.tool import Tool
 from schemas.wire import CallMessage, CallResult
+from workers.store import StartedMarker
 
 __all__ = ["SETTLE_TIMEOUT_S", "Settler", "cancelled_error", "settle_calls", "stopped_result"]
 
@@ -95,12 +99,22 @@ async def settle_calls(
     Returns the record that stands for each call_id. Never raises for a broker failure: the
     records are still returned (and the failure logged).
     """
-    results = {
-        message.call_id: stopped_result(message, tool, error_for(message), status)
-        for message, tool in calls
-    }
-    if not results:
-        return results
+    if not calls:
+        return {}
+    try:
+        running = await asyncio.wait_for(_running_sync(fleet, calls), SETTLE_TIMEOUT_S)
+    except (RedisError, OSError, TimeoutError) as exc:
+        log.warning("could not tell which stopped sync calls were running: %r", exc)
+        running = {}
+    results: dict[str, CallResult] = {}
+    for message, tool in calls:
+        worker = running.get(message.call_id)
+        error = error_for(message)
+        if worker is not None:
+            error = _still_running(error, worker)
+        results[message.call_id] = stopped_result(message, tool, error, status)
+        if worker is not None:
+            results[message.call_id].event["stopped_while_running"] = worker
     try:
         stored = await asyncio.wait_for(_store_retrying(fleet, results), SETTLE_TIMEOUT_S)
         results.update(stored)
@@ -108,6 +122,35 @@ async def settle_calls(
         log.warning("could not record %d stopped call(s): %r", len(results), exc)
     await _revoke(fleet, calls)
     return results
+
+
+async def _running_sync(
+    fleet: Fleet, calls: Sequence[tuple[CallMessage, Tool | None]]
+) -> dict[str, str]:
+    """call_id -> worker, for each sync call of ``calls`` that a worker is running now."""
+    sync_ids = [m.call_id for m, tool in calls if tool is None or tool.kind != "async"]
+    if not sync_ids:
+        return {}
+    raws = await fleet.redis.mget([fleet.keys.started(call_id) for call_id in sync_ids])
+    return {
+        call_id: StartedMarker.from_json(raw).worker
+        for call_id, raw in zip(sync_ids, raws, strict=True)
+        if raw is not None
+    }
+
+
+def _still_running(error: BaseException, worker: str) -> BaseException:
+    """``error`` saying the truth about a sync call it cannot stop (issue 12 item 7)."""
+    text = (
+        f"{error} — it was already running on worker {worker}, where a sync call cannot be "
+        f"stopped: it runs on, and its own outcome (whether it completed) is attached to "
+        f"this event as late_result once the worker records it (Branch.load, toolfleet "
+        f"history)"
+    )
+    try:
+        return type(error)(text)
+    except Exception:  # an exception type whose constructor takes other arguments
+        return RuntimeError(f"{type(error).__name__}: {text}")
 
 
 async def _store_retrying(fleet: Fleet, results: dict[str, CallResult]) -> dict[str, CallResult]:

@@ -168,4 +168,23 @@ async def load_records(
         raw_messages, raw_events = await pipe.execute()
     messages = [_MESSAGE.validate_json(raw) for raw in raw_messages]
     events = [json.loads(raw) for raw in raw_events]
+    await _attach_late_results(client, keys, events)
     return messages, events
+
+
+async def _attach_late_results(
+    client: aioredis.Redis, keys: Keys, events: list[dict[str, Any]]
+) -> None:
+    """Issue 12 item 7: a sync call stopped while it ran gets its worker's own record of the
+    run (kept under ``Keys.late``) as ``late_result``: whether it then completed."""
+    stopped = [e for e in events if e.get("stopped_while_running") and e.get("call_id")]
+    if not stopped:
+        return
+    raws = await client.mget([keys.late(e["call_id"]) for e in stopped])
+    for event, raw in zip(stopped, raws, strict=True):
+        if raw is not None:
+            late = json.loads(raw)
+            event["late_result"] = {
+                "execution": late["event"]["execution"],
+                "worker": late["worker"],
+            }

@@ -15,6 +15,11 @@ class Keys:
         """String: the terminal CallResult JSON of one call (the idempotency record)."""
         return f"{self.prefix}:event:{call_id}"
 
+    def late(self, call_id: str) -> str:
+        """String: the record a worker wrote for a call after the dispatcher had already
+        stopped it (a sync call that ran on through a cancel or deadline; issue 12 item 7)."""
+        return f"{self.prefix}:late:{call_id}"
+
     def started(self, call_id: str) -> str:
         """String: set while a worker runs a call; found on redelivery = the worker was lost."""
         return f"{self.prefix}:started:{call_id}"

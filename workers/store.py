@@ -262,6 +262,13 @@ class AsyncRecordStore:
                 await asyncio.sleep(delay_s)
                 delay_s = min(delay_s * 2, 2.0)
 
+    async def keep_late(self, result: CallResult) -> None:
+        """Keep the record of a run that ended after the dispatcher stopped its call, beside
+        the dispatcher's record: a side effect that happened stays visible (issue 12 item 7)."""
+        payload = result.model_dump_json()
+        key = self.keys.late(result.call_id)
+        await self.through_outage(lambda: self.client.set(key, payload, ex=self.record_ttl_s))
+
     async def notify(self, result: CallResult, reply_to: str | None) -> None:
         """Push an already stored record to ``reply_to`` again (a repeated delivery)."""
         if not reply_to:

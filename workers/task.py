@@ -272,7 +272,7 @@ async def _run_tool(
         written = await asyncio.shield(store.finish(result, msg.reply_to))
     if written is False:
         # Someone recorded this attempt first (a revoke): that record is the outcome.
-        return await _stored_outcome(store, msg, result)
+        return await _stored_outcome(store, msg, result, ran=True)
     if call.status is EventStatus.FAILED:
         return Outcome(result, error if isinstance(error, BaseException) else rebuild_error(result))
     return Outcome(result, None)
@@ -323,9 +323,12 @@ async def _finish_failed(
 
 
 async def _stored_outcome(
-    store: AsyncRecordStore, msg: CallMessage, fallback: CallResult
+    store: AsyncRecordStore, msg: CallMessage, fallback: CallResult, *, ran: bool = False
 ) -> Outcome:
     stored = await store.terminal(msg.call_id) or fallback
+    if ran and stored.worker is None:
+        # The dispatcher stopped the call while it ran: keep what really happened beside it.
+        await store.keep_late(fallback)
     return Outcome(stored, rebuild_error(stored))
 
 

@@ -1,0 +1,127 @@
+"""Cancellation truth for sync calls (issue 12 item 7), with a real prefork worker.
+
+A running sync call cannot be stopped on its worker (killing a prefork child mid-call could
+leave a half-done side effect), so a cancel or a batch deadline leaves it running. Its history
+must say so: the event records that it was stopped while running and on which worker, and once
+the worker finishes, the worker's own record of that run is attached to the event as
+``late_result`` (Branch.load), so a side effect that happened is visible.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from dispatcher import Branch, Fleet
+from schemas.action import ActionResponseModel, CallParams
+from schemas.keys import Keys
+from schemas.settings import Settings
+from schemas.status import EventStatus
+from tests.fleet import WorkerProcess, call, start_worker, wait_for
+from tests.reliability_support import PrivateRedis
+
+pytestmark = pytest.mark.slow
+
+TOOLS = ("tests.sample_tools", "tests.reliability_tools")
+
+
+@pytest.fixture()
+def worker(broker: PrivateRedis) -> Iterator[WorkerProcess]:
+    started = start_worker("sync", redis_url=broker.url, concurrency=1, tools=TOOLS)
+    yield started
+    started.stop(timeout_s=5)
+
+
+def _running(client: redis.Redis) -> bool:
+    return any(True for _ in client.scan_iter(match=Keys().started("*")))
+
+
+def _late_event(settings: Settings, branch_id: str) -> dict[str, Any]:
+    async def load() -> dict[str, Any]:
+        async with Fleet(settings) as fleet:
+            event: dict[str, Any] = (await Branch.load(branch_id, fleet=fleet)).events[0]
+            return event
+
+    return asyncio.run(load())
+
+
+def _assert_truth(
+    settings: Settings, branch: Branch, worker: WorkerProcess, mark: Path, status: str
+) -> None:
+    event = branch.events[0]
+    assert event["execution"]["status"] == status
+    assert event["stopped_while_running"] == worker.hostname
+    error = str(event["execution"]["error"])
+    assert f"already running on worker {worker.hostname}" in error, error
+    assert "late_result" in error
+    # The worker ran on and finished: its side effect happened once ...
+    wait_for(mark.exists, timeout_s=20, what="the sync call to finish on its worker")
+    assert len(mark.read_text().splitlines()) == 1
+    # ... and the stored history says so, with the worker's own record of the run.
+    stored = wait_for(
+        lambda: (
+            _late_event(settings, branch.id).get("late_result") and _late_event(settings, branch.id)
+        ),
+        timeout_s=20,
+        what="the late result to be attached",
+    )
+    assert stored["execution"]["status"] == status  # the dispatcher's record still stands
+    late = stored["late_result"]
+    assert late["worker"] == worker.hostname
+    assert late["execution"]["status"] == EventStatus.COMPLETED.value
+    assert late["execution"]["response"] == 1
+
+
+def test_a_cancelled_running_sync_call_records_that_it_ran_on_and_completed(
+    broker: PrivateRedis, worker: WorkerProcess, tmp_path: Path
+) -> None:
+    settings = Settings(broker_url=broker.url, tools=TOOLS)
+    mark = tmp_path / "mark"
+
+    async def scenario() -> Branch:
+        async with Fleet(settings) as fleet:
+            branch = Branch(fleet=fleet)
+            task = asyncio.ensure_future(
+                branch.act([call("sleep_then_mark", path=str(mark), seconds=2.0)])
+            )
+            with broker.client() as client:
+                limit = time.monotonic() + 20
+                while not _running(client):
+                    assert not task.done() and time.monotonic() < limit, "never started"
+                    await asyncio.sleep(0.02)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            return branch
+
+    branch = asyncio.run(asyncio.wait_for(scenario(), 40))
+    assert not mark.exists()  # act() returned at the cancel, before the call ended
+    _assert_truth(settings, branch, worker, mark, EventStatus.CANCELLED.value)
+
+
+def test_a_sync_call_past_the_batch_deadline_records_that_it_ran_on_and_completed(
+    broker: PrivateRedis, worker: WorkerProcess, tmp_path: Path
+) -> None:
+    settings = Settings(broker_url=broker.url, tools=TOOLS)
+    mark = tmp_path / "mark"
+
+    async def scenario() -> tuple[Branch, list[ActionResponseModel]]:
+        async with Fleet(settings) as fleet:
+            branch = Branch(fleet=fleet)
+            results = await branch.act(
+                [call("sleep_then_mark", path=str(mark), seconds=3.0)],
+                call_params=CallParams(deadline_s=1.0),
+            )
+            return branch, results
+
+    branch, [result] = asyncio.run(asyncio.wait_for(scenario(), 40))
+    assert result.status is EventStatus.FAILED
+    assert result.error is not None and result.error.startswith("ToolTimeoutError")
+    assert not mark.exists()
+    _assert_truth(settings, branch, worker, mark, EventStatus.FAILED.value)
