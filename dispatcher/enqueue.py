@@ -19,6 +19,7 @@ from schemas import tracing
 from schemas.errors import BrokerError
 from schemas.function_calling import redact
 from schemas.keys import Keys
+from schemas.tasks import task_id_for
 from schemas.tool import Tool
 from schemas.wire import CallMessage
 from workers.app import EXECUTE_TASK, redis_url_of, settings_of
@@ -34,11 +35,6 @@ __all__ = [
 
 # Flower and the worker log show at most this much of a call's arguments.
 ARGSREPR_MAX_CHARS = 1024
-
-
-def task_id_for(message: CallMessage) -> str:
-    """The Celery task id of one attempt: the call_id, suffixed ``.<attempt>`` for retries."""
-    return message.call_id if message.attempt == 0 else f"{message.call_id}.{message.attempt}"
 
 
 def hard_limit_s(soft_limit_s: float) -> float:

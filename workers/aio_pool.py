@@ -13,26 +13,26 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
-import redis.asyncio as aioredis
-from billiard.einfo import ExceptionInfo
-from billiard.exceptions import Terminated
 from celery import Celery
 from celery.concurrency.base import BasePool
-from celery.utils.saferepr import saferepr
-from celery.worker import state as worker_state
 from kombu.serialization import loads as loads_message
 from kombu.serialization import prepare_accept_content
 
 from schemas import tracing
-from schemas.keys import Keys
 from schemas.status import EventStatus
-from workers.task import Outcome, WorkerRuntime, execute_async, record_if_absent, runtime_for
+from schemas.tasks import EXECUTE_MANY_TASK
+from workers.batch import execute_many_async
+from workers.cancel_listener import listen_for_cancels
+from workers.celery_internals import PoolRequest, RevokedIds, pool_app_and_hostname
+from workers.failure import record_if_absent
+from workers.pool_reporter import PoolReporter
+from workers.runtime import WorkerRuntime, runtime_for
+from workers.task import execute_async
 
 __all__ = ["AsyncioPool", "CallHandle"]
 
@@ -43,10 +43,6 @@ logger = logging.getLogger("celery.worker.aio_pool")
 _READY_TIMEOUT_S = 10.0
 # On cold shutdown, how long cancelled calls get to clean up before the loop stops.
 _CANCEL_GRACE_S = 5.0
-# workers.batch.EXECUTE_MANY_TASK, spelled out to keep this module free of import cycles.
-_EXECUTE_MANY_TASK = "toolfleet.execute_many"
-# Backoff between reconnects of the cancel-channel subscriber.
-_RESUBSCRIBE_DELAY_S = 1.0
 
 
 class CallHandle:
@@ -74,9 +70,8 @@ class AsyncioPool(BasePool):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        initargs: tuple[Any, ...] = tuple(self.options.get("initargs") or ())
-        self.app: Celery = initargs[0] if initargs else self.app
-        self.hostname: str | None = initargs[1] if len(initargs) > 1 else None
+        app, self.hostname = pool_app_and_hostname(self)
+        self.app: Celery = app or self.app
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
@@ -89,11 +84,7 @@ class AsyncioPool(BasePool):
         self._user_cancelled: set[str] = set()
         self._shutting_down = False
         self._subscriber: asyncio.Task[None] | None = None
-        # Celery callbacks (acks, events, backend writes) block on I/O: run them off the
-        # loop, in order, on one thread.
-        self._callbacks = concurrent.futures.ThreadPoolExecutor(
-            max_workers=1, thread_name_prefix="toolfleet-callbacks"
-        )
+        self._reporter = PoolReporter(self.app)
         self._accept = prepare_accept_content(self.app.conf.accept_content)
         self._runtime: WorkerRuntime | None = None
 
@@ -118,7 +109,10 @@ class AsyncioPool(BasePool):
             asyncio.set_event_loop(loop)
             self._loop = loop
             self._slots = asyncio.Semaphore(self.limit or 1)
-            self._subscriber = loop.create_task(self._subscribe_cancels())
+            assert self._runtime is not None
+            self._subscriber = loop.create_task(
+                listen_for_cancels(self._runtime, self._cancel_by_call_id)
+            )
         except BaseException as exc:
             self._start_error = exc
             self._ready.set()
@@ -161,7 +155,7 @@ class AsyncioPool(BasePool):
         loop.call_soon_threadsafe(loop.stop)
         if self._thread is not None:
             self._thread.join(_CANCEL_GRACE_S)
-        self._callbacks.shutdown(wait=True)
+        self._reporter.shutdown()
 
     async def _drain(self, *, cancel: bool) -> None:
         if self._subscriber is not None:
@@ -196,7 +190,9 @@ class AsyncioPool(BasePool):
         loop = self._loop
         if loop is None:
             raise RuntimeError("the asyncio pool received a task before it started")
-        _task_name, task_id, request_dict, body, content_type, content_encoding = args
+        request = PoolRequest(*args)
+        task_id, request_dict, body = request.task_id, request.request, request.body
+        content_type, content_encoding = request.content_type, request.content_encoding
         handle = CallHandle(self, task_id)
         # Celery keeps only a weak reference to the handle; the pool holds it until the call
         # ends, or revoke(terminate=True) would find nothing to terminate.
@@ -253,38 +249,29 @@ class AsyncioPool(BasePool):
                 body, content_type, content_encoding, accept=self._accept
             )
             message = args[0]
-            if request_dict.get("task") == _EXECUTE_MANY_TASK:  # opt-in batching (issue 8)
-                # Imported here: `celery -P custom` imports this pool before the app,
-                # and workers.batch imports workers.app, which imports workers.batch.
-                from workers.batch import execute_many_async
-
+            if request_dict.get("task") == EXECUTE_MANY_TASK:  # opt-in batching (issue 8)
                 async with self._slots:
-                    if accept_callback is not None:
-                        self._callbacks.submit(
-                            _quiet(accept_callback), os.getpid(), time.monotonic()
-                        )
+                    self._reporter.accepted(accept_callback)
                     summary = await execute_many_async(
                         message,
                         runtime=runtime,
                         hostname=hostname,
-                        revoked=worker_state.revoked,
+                        revoked=RevokedIds(),
                         pool="async",
                         trace=request_dict.get(tracing.TRACE_HEADER),
                     )
-                runtime_s = time.monotonic() - started
-                self._callbacks.submit(_quiet(self._succeed), task_id, summary, runtime_s, callback)
+                self._reporter.succeeded(task_id, summary, callback, started)
                 return
             # Known by call id before it waits for a slot, so a cancel reaches it there too.
             call_id = str(message.get("call_id")) if isinstance(message, dict) else None
             if call_id:
                 self._by_call[call_id] = task_id
             async with self._slots:
-                if task_id in worker_state.revoked:
+                if task_id in RevokedIds():
                     # Revoked (without terminate) while it waited for a slot: never start it.
                     self._user_cancelled.add(task_id)
                     raise asyncio.CancelledError
-                if accept_callback is not None:
-                    self._callbacks.submit(_quiet(accept_callback), os.getpid(), time.monotonic())
+                self._reporter.accepted(accept_callback)
                 started = time.monotonic()
                 outcome = await execute_async(
                     message,
@@ -301,104 +288,24 @@ class AsyncioPool(BasePool):
             # Cancelled before execute_async recorded anything (e.g. waiting for a slot):
             # record CANCELLED unless it already has a record; FIFO before the revoke.
             cancelled = asyncio.CancelledError(f"call {call_id or task_id} was cancelled")
-            self._callbacks.submit(
-                _quiet(record_if_absent),
-                runtime,
-                message,
-                cancelled,
-                EventStatus.CANCELLED,
-                hostname,
+            self._reporter.submit(
+                record_if_absent, runtime, message, cancelled, EventStatus.CANCELLED, hostname
             )
-            self._report_cancelled(task_id, callback, started)
+            self._reporter.cancelled(task_id, callback, started)
             return
         except Exception as exc:
             # Not a tool failure (those are data): an unusable message or a Redis error.
             # Try to leave a FAILED record so no collector waits for this call forever.
             logger.error("Task %s failed outside its tool: %r", task_id, exc)
-            self._callbacks.submit(
-                _quiet(record_if_absent), runtime, message, exc, EventStatus.FAILED, hostname
+            self._reporter.submit(
+                record_if_absent, runtime, message, exc, EventStatus.FAILED, hostname
             )
-            self._report_failure(task_id, exc, callback, started)
+            self._reporter.failed(task_id, exc, callback, started)
             return
         finally:
             if call_id:
                 self._by_call.pop(call_id, None)
-        self._report(task_id, outcome, callback, started)
-
-    # -- reporting to Celery --------------------------------------------------------------------
-
-    def _report(
-        self,
-        task_id: str,
-        outcome: Outcome,
-        callback: Callable[..., Any] | None,
-        started: float,
-    ) -> None:
-        # Like Celery's tracer lines, without the result (its size and content are the
-        # tool's); the record under Keys.event(call_id) has it.
-        logger.info(
-            "Task %s[%s] %s in %.3fs: %s",
-            outcome.result.function and f"tool:{outcome.result.function}",
-            task_id,
-            "succeeded" if outcome.status is EventStatus.COMPLETED else "ended",
-            time.monotonic() - started,
-            outcome.status.value,
-        )
-        if outcome.status is EventStatus.FAILED:
-            error = outcome.error or RuntimeError("call failed")
-            self._report_failure(task_id, error, callback, started)
-        elif outcome.status is EventStatus.CANCELLED:
-            self._report_cancelled(task_id, callback, started)
-        else:
-            retval = outcome.result.model_dump(mode="json")
-            runtime_s = time.monotonic() - started
-            self._callbacks.submit(_quiet(self._succeed), task_id, retval, runtime_s, callback)
-
-    def _succeed(
-        self, task_id: str, retval: Any, runtime_s: float, callback: Callable[..., Any] | None
-    ) -> None:
-        backend = self.app.backend
-        if not self.app.conf.task_ignore_result:
-            backend.mark_as_done(task_id, retval, request=None)
-        if callback is not None:
-            callback((0, saferepr(retval), runtime_s))
-
-    def _report_failure(
-        self,
-        task_id: str,
-        error: BaseException,
-        callback: Callable[..., Any] | None,
-        started: float,
-    ) -> None:
-        einfo = _exception_info(error)
-        runtime_s = time.monotonic() - started
-        self._callbacks.submit(_quiet(self._fail), task_id, error, einfo, runtime_s, callback)
-
-    def _fail(
-        self,
-        task_id: str,
-        error: BaseException,
-        einfo: ExceptionInfo,
-        runtime_s: float,
-        callback: Callable[..., Any] | None,
-    ) -> None:
-        if not self.app.conf.task_ignore_result:
-            self.app.backend.mark_as_failure(
-                task_id, error, traceback=einfo.traceback, request=None, call_errbacks=False
-            )
-        if callback is not None:
-            # (failed, ExceptionInfo, runtime): Request.on_success routes it to on_failure,
-            # which acks (acks_late) and sends task-failed with the exception's repr.
-            callback((1, einfo, runtime_s))
-
-    def _report_cancelled(
-        self, task_id: str, callback: Callable[..., Any] | None, started: float
-    ) -> None:
-        # Terminated makes Request.on_failure announce the task revoked: Flower shows REVOKED.
-        einfo = _exception_info(Terminated(f"call {task_id} was cancelled"))
-        runtime_s = time.monotonic() - started
-        if callback is not None:
-            self._callbacks.submit(_quiet(callback), (1, einfo, runtime_s))
+        self._reporter.outcome(task_id, outcome, callback, started)
 
     # -- cancellation ---------------------------------------------------------------------------
 
@@ -415,29 +322,9 @@ class AsyncioPool(BasePool):
             self._user_cancelled.add(task_id)
             task.cancel()
 
-    async def _subscribe_cancels(self) -> None:
-        """C9: cancel running calls whose call id arrives on Keys.cancel_channel()."""
-        assert self._runtime is not None
-        channel = Keys(self._runtime.settings.key_prefix).cancel_channel()
-        while True:
-            client = aioredis.Redis.from_url(self._runtime.redis_url)
-            try:
-                async with client.pubsub() as pubsub:
-                    await pubsub.subscribe(channel)
-                    async for item in pubsub.listen():
-                        if item.get("type") != "message":
-                            continue
-                        data = item.get("data")
-                        call_id = data.decode() if isinstance(data, bytes) else str(data)
-                        task_id = self._by_call.get(call_id, call_id)
-                        self._cancel_on_loop(task_id)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                logger.warning("cancel-channel subscriber lost its connection: %r", exc)
-                await asyncio.sleep(_RESUBSCRIBE_DELAY_S)
-            finally:
-                await client.aclose()
+    def _cancel_by_call_id(self, call_id: str) -> None:
+        """C9: a call id arrived on the cancel channel; cancel its call if it runs here."""
+        self._cancel_on_loop(self._by_call.get(call_id, call_id))
 
     def _get_info(self) -> dict[str, Any]:
         info = super()._get_info()
@@ -447,26 +334,3 @@ class AsyncioPool(BasePool):
     @property
     def num_processes(self) -> int:
         return 1
-
-
-def _exception_info(error: BaseException) -> ExceptionInfo:
-    try:
-        raise error
-    except BaseException:
-        einfo = ExceptionInfo()
-    # Unwrapped, as a prefork child's einfo is after unpickling: Celery's task-failed event
-    # is repr(einfo.exception), and Flower must show the tool's exception, not the wrapper.
-    einfo.exception = error
-    return einfo
-
-
-def _quiet(func: Callable[..., Any]) -> Callable[..., None]:
-    """Run a callback, logging (not losing) its exception: the executor would swallow it."""
-
-    def run(*args: Any) -> None:
-        try:
-            func(*args)
-        except Exception:
-            logger.exception("toolfleet asyncio pool: callback %r failed", func)
-
-    return run

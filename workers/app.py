@@ -13,55 +13,48 @@ import sys
 from typing import Any
 
 from celery import Celery, signals
-from celery.app.amqp import AMQP
 from kombu import Exchange, Queue
 
 from schemas.errors import ConfigurationError
 from schemas.settings import Settings
+from schemas.tasks import EXECUTE_TASK
+from workers.app_info import DEFAULT_BROKER_URL, redis_url_of, registry_of, settings_of
+from workers.app_signals import connect as connect_signal
+from workers.app_signals import detach
+from workers.batch import register_execute_many_task
+from workers.celery_internals import shadow_named_amqp
+from workers.execute_task import register_execute_task
 from workers.guard import keep_only_toolfleet_tasks
+from workers.monitor import install_lease, is_watched
+from workers.presence import register_presence
 from workers.registry import Registry, registry
 
 __all__ = [
     "DEFAULT_BROKER_URL",
     "EXECUTE_TASK",
-    "ShadowNamedAMQP",
+    "ToolfleetCelery",
     "create_app",
     "redis_url_of",
     "registry_of",
     "settings_of",
 ]
 
-EXECUTE_TASK = "toolfleet.execute"
-DEFAULT_BROKER_URL = "redis://127.0.0.1:6379/0"
+# Names the task-sent event tool:<function> (C10), sent only while a monitor watches.
+_AMQP = shadow_named_amqp(is_watched)
 
 
-class ShadowNamedAMQP(AMQP):
-    """Names the ``task-sent`` event like the message (``tool:<function>``, C10).
+class ToolfleetCelery(Celery):
+    """A Celery app whose toolfleet signal handlers go when it is closed (or collected)."""
 
-    Celery puts the shadow name in the message but the real task name in the task-sent
-    event; Flower folds a late task-sent event over the worker's events, so a call would
-    flip to ``toolfleet.execute`` depending on event order.
-    """
-
-    def as_task_v2(self, task_id: str, name: str, *args: Any, **kwargs: Any) -> Any:
-        message = super().as_task_v2(task_id, name, *args, **kwargs)
-        shadow = message.headers.get("shadow")
-        if message.sent_event is None:
-            return message
-        from workers.monitor import is_watched
-
-        if not is_watched(self.app):
-            # Nobody watches: a task-sent event would be a PUBLISH no one receives.
-            return message._replace(sent_event=None)
-        if shadow:
-            message.sent_event["name"] = shadow
-        return message
+    def close(self) -> None:
+        detach(self)
+        super().close()
 
 
 def create_app(settings: Settings, *, registry: Registry = registry) -> Celery:
     """A new Celery app for ``settings``; each call returns an independent app."""
     broker_url = settings.broker_url or DEFAULT_BROKER_URL
-    app = Celery("toolfleet", set_as_current=False, amqp=ShadowNamedAMQP)
+    app = ToolfleetCelery("toolfleet", set_as_current=False, amqp=_AMQP)
     app.conf.update(
         broker_url=broker_url,
         broker_connection_retry_on_startup=True,
@@ -77,7 +70,7 @@ def create_app(settings: Settings, *, registry: Registry = registry) -> Celery:
         result_accept_content=["json"],
         # "monitor": off until a monitor's enable_events lease turns them on (workers.monitor).
         worker_send_task_events=settings.task_events == "always",
-        task_send_sent_event=True,  # gated per message by ShadowNamedAMQP
+        task_send_sent_event=True,  # gated per message by _AMQP
         task_track_started=True,
         task_acks_late=True,
         task_reject_on_worker_lost=True,
@@ -93,19 +86,11 @@ def create_app(settings: Settings, *, registry: Registry = registry) -> Celery:
     app.toolfleet_settings = settings
     app.toolfleet_registry = registry
 
-    from workers.monitor import install_enable_events
-    from workers.task import register_execute_task  # the task module needs the app helpers
-
-    install_enable_events()
-
+    install_lease()
     register_execute_task(app)
-    from workers.batch import register_execute_many_task  # opt-in batching (issue 8)
-
-    register_execute_many_task(app)
+    register_execute_many_task(app)  # opt-in batching (issue 8)
     _load_tools_at_worker_start(app)
-    from workers.presence import register_presence  # issue 12: "no worker serves this queue"
-
-    register_presence(app)
+    register_presence(app)  # issue 12: "no worker serves this queue"
     return app
 
 
@@ -124,50 +109,25 @@ def _queue(name: str) -> Queue:
     return Queue(name, Exchange(name, type="direct"), routing_key=name)
 
 
-def settings_of(app: Celery) -> Settings:
-    """The Settings an app was created from."""
-    settings: Settings = app.toolfleet_settings
-    return settings
-
-
-def registry_of(app: Celery) -> Registry:
-    """The tool registry an app's workers execute from."""
-    reg: Registry = app.toolfleet_registry
-    return reg
-
-
-def redis_url_of(app: Celery) -> str:
-    """The redis-py URL of the app's broker, where call records are kept."""
-    url = str(app.conf.broker_url)
-    # kombu spells a unix socket redis+socket:///path; redis-py spells it unix:///path.
-    if url.startswith("redis+socket://"):
-        return "unix://" + url[len("redis+socket://") :]
-    if url.startswith("socket://"):
-        return "unix://" + url[len("socket://") :]
-    return url
-
-
 def _load_tools_at_worker_start(app: Celery) -> None:
     def load(sender: Any = None, **_: Any) -> None:
-        if getattr(sender, "app", None) is app:
-            # `celery -A workers.app worker` next to mytools.py: Celery imports the app from
-            # the working directory but does not leave it on sys.path, so the tool modules
-            # would not import (the README's plain-Celery recipe, issue 13 item 8).
-            cwd = os.getcwd()
-            if cwd not in sys.path:
-                sys.path.append(cwd)
-            try:
-                registry_of(app).load_modules(settings_of(app).tools)
-            except ConfigurationError as exc:
-                # Celery logs and swallows a signal handler's Exception, which would leave a
-                # worker that fails every call UnknownToolError: stop it with one line.
-                print(f"toolfleet worker: configuration error: {exc}", file=sys.stderr)
-                raise SystemExit(2) from None
-            # Issue 13: Celery's built-ins (celery.accumulate, ...) must not run by name.
-            keep_only_toolfleet_tasks(app)
+        # `celery -A workers.app worker` next to mytools.py: Celery imports the app from
+        # the working directory but does not leave it on sys.path, so the tool modules
+        # would not import (the README's plain-Celery recipe, issue 13 item 8).
+        cwd = os.getcwd()
+        if cwd not in sys.path:
+            sys.path.append(cwd)
+        try:
+            registry_of(app).load_modules(settings_of(app).tools)
+        except ConfigurationError as exc:
+            # Celery logs and swallows a signal handler's Exception, which would leave a
+            # worker that fails every call UnknownToolError: stop it with one line.
+            print(f"toolfleet worker: configuration error: {exc}", file=sys.stderr)
+            raise SystemExit(2) from None
+        # Issue 13: Celery's built-ins (celery.accumulate, ...) must not run by name.
+        keep_only_toolfleet_tasks(app)
 
-    # weak=False: the closure has no other reference and must live as long as the app.
-    signals.worker_init.connect(load, weak=False)
+    connect_signal(app, signals.worker_init, load)
 
 
 _default_app: Celery | None = None
@@ -175,9 +135,8 @@ _default_app: Celery | None = None
 
 def __getattr__(name: str) -> Any:
     # ``app`` is built on first access, not at import: importing this module (as the
-    # dispatcher and workers.task do) must not read the environment or create an app, and
-    # would otherwise be an import cycle with workers.task. ``celery -A workers.app`` reads
-    # ``workers.app.app`` and so gets it.
+    # dispatcher does) must not read the environment or create an app.
+    # ``celery -A workers.app`` reads ``workers.app.app`` and so gets it.
     global _default_app
     if name == "app":
         if _default_app is None:

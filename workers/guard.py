@@ -18,14 +18,13 @@ from celery import Celery
 from schemas.contract import check_arguments, safe_repr
 from schemas.errors import RefusedCallError
 from schemas.keys import Keys
+from schemas.tasks import TOOLFLEET_TASK_PREFIX
 from schemas.tool import Tool, ToolKind
 from schemas.wire import CallMessage
 
 __all__ = ["TOOLFLEET_TASK_PREFIX", "check_call", "keep_only_toolfleet_tasks", "reply_to_problem"]
 
 log = logging.getLogger(__name__)
-
-TOOLFLEET_TASK_PREFIX = "toolfleet."
 
 
 def reply_to_problem(reply_to: str | None, keys: Keys) -> str | None:

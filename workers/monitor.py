@@ -23,13 +23,15 @@ from typing import Any
 
 import redis
 from celery import Celery
-from celery.worker.control import Panel, control_command
+
+from workers.app_info import redis_url_of, settings_of
+from workers.celery_internals import every, install_enable_events, task_events_off
 
 __all__ = [
     "CHECK_EVERY_S",
     "WATCH_CACHE_S",
     "MonitorLease",
-    "install_enable_events",
+    "install_lease",
     "is_watched",
     "live_leases",
     "monitor_key",
@@ -42,22 +44,15 @@ WATCH_CACHE_S = 1.0
 # How often a worker holding a lease checks whether it lapsed.
 CHECK_EVERY_S = 1.0
 
-# Celery's own handler, kept before ours replaces it in the (process-global) registry.
-_celery_enable_events = Panel.data["enable_events"]
-
 
 def monitor_key(app: Celery) -> str:
     """The hash of live monitor leases for ``app``'s fleet (hostname → expiry, epoch s)."""
-    from workers.app import settings_of
-
     return settings_of(app).key("monitor")
 
 
 def _redis_for(app: Celery) -> redis.Redis:
     client: redis.Redis | None = getattr(app, "toolfleet_monitor_redis", None)
     if client is None:
-        from workers.app import redis_url_of
-
         client = redis.Redis.from_url(redis_url_of(app), socket_timeout=5.0)
         app.toolfleet_monitor_redis = client
     return client
@@ -77,16 +72,14 @@ class MonitorLease:
         self._publish()
         if not self._timer_started:
             # The consumer's timer runs in the worker's main process, where events are sent.
-            self.consumer.timer.call_repeatedly(CHECK_EVERY_S, self.check)
+            every(self.consumer, CHECK_EVERY_S, self.check)
             self._timer_started = True
 
     def check(self) -> None:
         """Turn task events off once the lease lapsed (the monitor left or stopped renewing)."""
         if time.monotonic() < self.expires_at:
             return
-        dispatcher = self.consumer.event_dispatcher
-        if dispatcher is not None and "task" in (dispatcher.groups or ()):
-            dispatcher.groups.discard("task")
+        if task_events_off(self.consumer):
             log.info(
                 "No monitor renewed the task-event lease within %gs: task events off "
                 "(TOOLFLEET_TASK_EVENTS=always keeps them on)",
@@ -119,24 +112,20 @@ def _toolfleet_settings(consumer: Any) -> Any:
     return getattr(getattr(consumer, "app", None), "toolfleet_settings", None)
 
 
-@control_command(name="enable_events")
-def _enable_events(state: Any) -> Any:
-    """Tell worker(s) to send task-related events (for a lease, on toolfleet workers)."""
-    reply = _celery_enable_events(state)
-    consumer = state.consumer
+def _renew_lease(consumer: Any) -> None:
+    """After Celery's ``enable_events`` ran: take or renew this worker's lease."""
     settings = _toolfleet_settings(consumer)
     if settings is None or settings.task_events != "monitor":
-        return reply  # another app's worker, or events always on: Celery's behaviour
+        return  # another app's worker, or events always on: Celery's behaviour
     lease: MonitorLease | None = getattr(consumer, "toolfleet_lease", None)
     if lease is None:
         lease = consumer.toolfleet_lease = MonitorLease(consumer, settings.monitor_lease_s)
     lease.renew()
-    return reply
 
 
-def install_enable_events() -> None:
-    """Make sure our ``enable_events`` is the registered one (importing this module does it)."""
-    Panel.data["enable_events"] = _enable_events
+def install_lease() -> None:
+    """Make ``enable_events`` renew a lease on toolfleet workers (once per process)."""
+    install_enable_events(_renew_lease)
 
 
 def live_leases(client: redis.Redis, key: str, now_s: float | None = None) -> dict[str, float]:

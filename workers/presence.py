@@ -19,6 +19,8 @@ import redis
 from celery import Celery, signals
 
 from schemas.keys import Keys
+from workers.app_info import redis_url_of, settings_of
+from workers.app_signals import connect as connect_signal
 
 __all__ = ["PRESENCE_INTERVAL_S", "PRESENCE_STALE_S", "Presence", "live_since", "register_presence"]
 
@@ -86,14 +88,10 @@ class Presence:
 
 def register_presence(app: Celery) -> None:
     """Beat the worker's queues into Redis from ``worker_ready`` to ``worker_shutdown``."""
-    from workers.app import redis_url_of, settings_of
-
     running: list[Presence] = []
     celery_app: Any = app  # not narrowed by the sender check below
 
     def start(sender: Any = None, **_: Any) -> None:
-        if getattr(sender, "app", None) is not app:
-            return
         queues = celery_app.amqp.queues.consume_from or celery_app.amqp.queues
         presence = Presence(
             redis.Redis.from_url(redis_url_of(app), socket_timeout=5),
@@ -108,6 +106,5 @@ def register_presence(app: Celery) -> None:
         while running:
             running.pop().stop()
 
-    # weak=False: the closures have no other reference and must live as long as the app.
-    signals.worker_ready.connect(start, weak=False)
-    signals.worker_shutdown.connect(stop, weak=False)
+    connect_signal(app, signals.worker_ready, start)
+    connect_signal(app, signals.worker_shutdown, stop)

@@ -23,6 +23,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from schemas.keys import Keys
 from schemas.wire import CallResult
+from workers.record_scripts import FINISH_SCRIPT, RELEASE_SCRIPT, TAKE_OVER_SCRIPT, finish_call
 
 __all__ = [
     "ASYNC_CONNECTION_WAIT_S",
@@ -30,9 +31,12 @@ __all__ = [
     "HEARTBEAT_INTERVAL_S",
     "HEARTBEAT_STALE_S",
     "AsyncRecordStore",
+    "Begun",
     "Heartbeat",
     "StartedMarker",
     "SyncRecordStore",
+    "queue_begin",
+    "read_begin",
 ]
 
 # A running call refreshes its started marker this often; a marker not refreshed for
@@ -43,49 +47,6 @@ HEARTBEAT_STALE_S = 8.0
 # waits for one before its call fails.
 ASYNC_MAX_CONNECTIONS = 64
 ASYNC_CONNECTION_WAIT_S = 60.0
-
-
-# KEYS: event, started, reply list ("" for none). ARGV: record JSON, attempt, ttl seconds.
-# SET ... GET writes and reads the previous record in one command (issue 16: the common case,
-# no earlier record, costs no separate GET); the rare loser puts the winner's record back.
-_FINISH_SCRIPT = """
-local current = redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[3], 'GET')
-if current then
-  local ok, decoded = pcall(cjson.decode, current)
-  local attempt = ok and type(decoded) == 'table' and tonumber(decoded['attempt']) or 0
-  if attempt >= tonumber(ARGV[2]) then
-    redis.call('SET', KEYS[1], current, 'EX', ARGV[3])
-    return 0
-  end
-end
-redis.call('DEL', KEYS[2])
-if KEYS[3] ~= '' then
-  redis.call('RPUSH', KEYS[3], ARGV[1])
-  redis.call('EXPIRE', KEYS[3], ARGV[3])
-end
-return 1
-"""
-
-
-_RELEASE_SCRIPT = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
-"""
-
-
-# Takes over the started marker only while it is absent, unreadable or still stale.
-_TAKE_OVER_SCRIPT = """
-local current = redis.call('GET', KEYS[1])
-if current then
-  local ok, data = pcall(cjson.decode, current)
-  local beat_at = ok and type(data) == 'table' and tonumber(data['beat_at'])
-  if beat_at and beat_at > tonumber(ARGV[2]) - tonumber(ARGV[3]) then
-    return current
-  end
-end
-redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[4])
-return 1
-"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +91,42 @@ class StartedMarker:
         return ((time.time() if now_s is None else now_s) - self.beat_at) > HEARTBEAT_STALE_S
 
 
+def queue_begin(pipe: Any, keys: Keys, call_id: str, marker: StartedMarker, ttl_s: int) -> None:
+    """Queue the start of ``call_id`` (C7) on a pipeline: two commands, claim first
+    (``SET NX GET``), then the record; :func:`read_begin` reads their replies.
+
+    In this order a record written before our claim is seen (finish() writes it and drops the
+    marker in one script, so whoever finished held the marker before we took it), and none can
+    be written after it but by us.
+    """
+    pipe.set(keys.started(call_id), marker.to_json(), nx=True, get=True, ex=ttl_s)
+    pipe.get(keys.event(call_id))
+
+
+@dataclass(frozen=True, slots=True)
+class Begun:
+    """What starting a call found: its record (this attempt or a later one finished), or the
+    live holder's marker, or neither (``marker`` holds the call now)."""
+
+    stored: CallResult | None
+    holder: StartedMarker | None
+    # We claimed the marker, but the call had finished: give the claim back.
+    give_back: bool = False
+
+
+def read_begin(previous: bytes | None, raw: bytes | None, marker: StartedMarker) -> Begun:
+    """The replies of :func:`queue_begin` (the marker before our SET, the record) as a Begun."""
+    if raw is not None:
+        stored = CallResult.model_validate_json(raw)
+        if stored.attempt >= marker.attempt:
+            return Begun(stored, None, give_back=previous is None)
+    if previous is None:
+        return Begun(None, None)
+    holder = StartedMarker.from_json(previous)
+    # Our own claim, applied by a try whose reply was lost in a broker stall.
+    return Begun(None, None if holder == marker else holder)
+
+
 class AsyncRecordStore:
     """The worker's Redis operations, on an asyncio client bound to one event loop."""
 
@@ -146,7 +143,7 @@ class AsyncRecordStore:
         self.record_ttl_s = record_ttl_s
         self.outage_limit_s = outage_limit_s
         # EVALSHA, the script text sent again only when the server does not know it.
-        self._finish = client.register_script(_FINISH_SCRIPT)
+        self._finish = client.register_script(FINISH_SCRIPT)
 
     @classmethod
     def from_url(
@@ -175,41 +172,20 @@ class AsyncRecordStore:
         later one) already finished; ``(None, None)`` when ``marker`` now holds the call;
         ``(None, holder)`` when another delivery holds it.
 
-        Two commands in one pipeline, claim first (``SET NX GET``), then the record: a record
-        written before our claim is seen (finish() writes it and drops the marker in one
-        script, so whoever finished held the marker before we took it), and none can be
-        written after it but by us. A redelivered finished call gives its claim back.
+        Two commands in one pipeline (:func:`queue_begin`); a redelivered finished call gives
+        its claim back.
         """
-        started = self.keys.started(call_id)
 
         async def look() -> list[Any]:
             async with self.client.pipeline(transaction=False) as pipe:
-                pipe.set(started, marker.to_json(), nx=True, get=True, ex=self.record_ttl_s)
-                pipe.get(self.keys.event(call_id))
+                queue_begin(pipe, self.keys, call_id, marker, self.record_ttl_s)
                 return list(await pipe.execute())
 
         previous, raw = await self.through_outage(look)
-        if raw is not None:
-            stored = CallResult.model_validate_json(raw)
-            if stored.attempt >= marker.attempt:
-                if previous is None:
-                    await self.release(call_id, marker)
-                return stored, None
-        if previous is None:
-            return None, None
-        holder = StartedMarker.from_json(previous)
-        # Our own claim, applied by a try whose reply was lost in a broker stall.
-        return None, (None if holder == marker else holder)
-
-    async def claim(self, call_id: str, marker: StartedMarker) -> StartedMarker | None:
-        """Set the started marker unless one exists; return the existing one, if any."""
-        key = self.keys.started(call_id)
-        if await self.client.set(key, marker.to_json(), nx=True, ex=self.record_ttl_s):
-            return None
-        raw = await self.client.get(key)
-        if raw is None:  # the holder finished between SET and GET: claim again
-            return await self.claim(call_id, marker)
-        return StartedMarker.from_json(raw)
+        begun = read_begin(previous, raw, marker)
+        if begun.give_back:
+            await self.release(call_id, marker)
+        return begun.stored, begun.holder
 
     async def started(self, call_id: str) -> StartedMarker | None:
         raw = await self.client.get(self.keys.started(call_id))
@@ -218,14 +194,14 @@ class AsyncRecordStore:
     async def release(self, call_id: str, marker: StartedMarker) -> None:
         """Drop the started marker if it is still ``marker`` (never someone else's)."""
         key = self.keys.started(call_id)
-        await self.client.eval(_RELEASE_SCRIPT, 1, key, marker.to_json())
+        await self.client.eval(RELEASE_SCRIPT, 1, key, marker.to_json())
 
     async def take_over(self, call_id: str, marker: StartedMarker) -> StartedMarker | None:
         """Replace a stale marker with ``marker``, atomically; return the live holder instead
         when another delivery took over first (so two redeliveries never both run the tool).
         """
         taken = await self.client.eval(
-            _TAKE_OVER_SCRIPT,
+            TAKE_OVER_SCRIPT,
             1,
             self.keys.started(call_id),
             marker.to_json(),
@@ -243,8 +219,7 @@ class AsyncRecordStore:
         """
         # Retried through a stall: a try whose reply was lost leaves our record standing, so
         # the retry returns False and the caller reads that record back (issue 12 item 5).
-        keys = [self.keys.event(result.call_id), self.keys.started(result.call_id), reply_to or ""]
-        args: list[str | int] = [result.model_dump_json(), result.attempt, self.record_ttl_s]
+        keys, args = finish_call(self.keys, result, reply_to, self.record_ttl_s)
         stored = await self.through_outage(lambda: self._finish(keys=keys, args=args))
         return bool(stored)
 

@@ -1,33 +1,26 @@
-"""The task ``toolfleet.execute``: one CallMessage in, one CallResult out, and a record in Redis.
+"""Running one call: one CallMessage in, its terminal record in Redis and an Outcome out.
 
-All logic lives in :func:`execute_async`, shared by the prefork path (run on a per-process
-event loop) and the asyncio pool (run directly on its loop thread).
+:func:`execute_async` is the whole path (C7 start, the tool, the record), shared by the prefork
+task (:mod:`workers.execute_task`, on a per-process event loop), the asyncio pool (on its loop
+thread) and batches (:mod:`workers.batch`, through the batch's own :class:`CallStore`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import builtins
 import contextvars
 import os
 import socket
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
-import redis
-from celery import Celery, Task, signals
-from celery.exceptions import Ignore, SoftTimeLimitExceeded, TimeLimitExceeded
-from kombu.utils.url import maybe_sanitize_url
+from celery.exceptions import SoftTimeLimitExceeded
 from pydantic import ValidationError
 
-import schemas.errors as toolfleet_errors
 from schemas import tracing
 from schemas.contract import safe_text
 from schemas.errors import (
-    BrokerError,
     MalformedRequestError,
     RefusedCallError,
     ToolfleetError,
@@ -35,28 +28,16 @@ from schemas.errors import (
     UnknownToolError,
     WorkerLostError,
 )
-from schemas.execution import Execution
-from schemas.function_calling import REDACTED, FunctionCalling, redact
-from schemas.keys import Keys
-from schemas.serialize import to_jsonable
+from schemas.function_calling import FunctionCalling
 from schemas.status import EventStatus
 from schemas.tool import Tool, ToolKind
 from schemas.wire import CallMessage, CallResult
-from workers.app import EXECUTE_TASK, redis_url_of, registry_of, settings_of
+from workers.failure import failed_event, rebuild_error
 from workers.guard import check_call, reply_to_problem
-from workers.registry import Registry
-from workers.store import AsyncRecordStore, Heartbeat, StartedMarker, SyncRecordStore
+from workers.runtime import CallRuntime, CallStore
+from workers.store import StartedMarker
 
-__all__ = [
-    "Outcome",
-    "WorkerRuntime",
-    "current_call",
-    "execute_async",
-    "rebuild_error",
-    "record_if_absent",
-    "register_execute_task",
-    "runtime_for",
-]
+__all__ = ["Outcome", "current_call", "execute_async"]
 
 # Per-call context. Celery's task.request is a thread-local stack: wrong for coroutines
 # sharing one loop thread, so the message being run lives here.
@@ -80,65 +61,10 @@ class Outcome:
         return self.result.status
 
 
-class WorkerRuntime:
-    """Per-process worker state for one app: registry, Redis stores, heartbeat thread."""
-
-    def __init__(self, app: Celery) -> None:
-        self.app = app
-        self.settings = settings_of(app)
-        self.registry: Registry = registry_of(app)
-        self.keys = Keys(self.settings.key_prefix)
-        self.redis_url = redis_url_of(app)
-        self.pid = os.getpid()
-        self.sync_store = SyncRecordStore.from_url(
-            self.redis_url, self.keys, record_ttl_s=self.settings.record_ttl_s
-        )
-        self.heartbeat = Heartbeat(self.sync_store)
-        self._async_stores: dict[int, AsyncRecordStore] = {}
-        self._loop: asyncio.AbstractEventLoop | None = None
-
-    def async_store(self) -> AsyncRecordStore:
-        """The asyncio store bound to the running loop (a client cannot cross loops)."""
-        loop = asyncio.get_running_loop()
-        store = self._async_stores.get(id(loop))
-        if store is None:
-            store = AsyncRecordStore.from_url(
-                self.redis_url,
-                self.keys,
-                record_ttl_s=self.settings.record_ttl_s,
-                outage_limit_s=self.settings.outage_limit_s,
-            )
-            self._async_stores[id(loop)] = store
-        return store
-
-    def discard_loop(self) -> None:
-        """Forget a loop left mid-task by an interrupt; the next call gets a fresh one."""
-        self._loop = None
-        self._async_stores.clear()
-
-    def process_loop(self) -> asyncio.AbstractEventLoop:
-        """The prefork child's event loop, reused across calls (not asyncio.run per call)."""
-        if self._loop is None or self._loop.is_closed():
-            self._loop = asyncio.new_event_loop()
-        return self._loop
-
-
-_runtimes: dict[tuple[int, int], WorkerRuntime] = {}
-
-
-def runtime_for(app: Celery) -> WorkerRuntime:
-    """This process's runtime for ``app``; a forked child builds its own (no shared sockets)."""
-    key = (id(app), os.getpid())
-    runtime = _runtimes.get(key)
-    if runtime is None:
-        runtime = _runtimes[key] = WorkerRuntime(app)
-    return runtime
-
-
 async def execute_async(
     message: dict[str, Any] | CallMessage,
     *,
-    runtime: WorkerRuntime,
+    runtime: CallRuntime,
     hostname: str | None = None,
     limit_s: float | None = None,
     cancel_is_final: Callable[[], bool] = lambda: True,
@@ -176,7 +102,7 @@ async def execute_async(
 
 async def _execute(
     msg: CallMessage,
-    runtime: WorkerRuntime,
+    runtime: CallRuntime,
     hostname: str,
     limit_s: float | None,
     cancel_is_final: Callable[[], bool],
@@ -231,7 +157,7 @@ async def _execute(
 
 
 async def _run_tool(
-    store: AsyncRecordStore,
+    store: CallStore,
     msg: CallMessage,
     tool: Tool,
     hostname: str,
@@ -279,7 +205,7 @@ async def _run_tool(
 
 
 async def _wait_for_live_holder(
-    store: AsyncRecordStore, msg: CallMessage, holder: StartedMarker
+    store: CallStore, msg: CallMessage, holder: StartedMarker
 ) -> CallResult | None:
     """While another worker's heartbeat is fresh, wait for its terminal record.
 
@@ -301,7 +227,7 @@ async def _wait_for_live_holder(
 
 
 async def _finish_failed(
-    store: AsyncRecordStore,
+    store: CallStore,
     msg: CallMessage,
     tool: Tool | None,
     exc: BaseException,
@@ -323,184 +249,13 @@ async def _finish_failed(
 
 
 async def _stored_outcome(
-    store: AsyncRecordStore, msg: CallMessage, fallback: CallResult, *, ran: bool = False
+    store: CallStore, msg: CallMessage, fallback: CallResult, *, ran: bool = False
 ) -> Outcome:
     stored = await store.terminal(msg.call_id) or fallback
     if ran and stored.worker is None:
         # The dispatcher stopped the call while it ran: keep what really happened beside it.
         await store.keep_late(fallback)
     return Outcome(stored, rebuild_error(stored))
-
-
-def failed_event(
-    msg: CallMessage,
-    tool: Tool | None,
-    exc: BaseException,
-    *,
-    status: EventStatus = EventStatus.FAILED,
-) -> dict[str, Any]:
-    """An event record for a call whose tool never ran (unknown tool, worker lost, ...)."""
-    execution = Execution(duration=0.0, status=status)
-    execution.add_error(exc)
-    if tool is not None:
-        arguments = redact(msg.arguments, tool.secret_args)
-    else:
-        # No tool, no list of secret arguments: keep the names, hide every value.
-        arguments = dict.fromkeys(msg.arguments, REDACTED)
-    return {
-        "id": str(uuid.uuid4()),
-        "created_at": datetime.now(UTC).isoformat(),
-        "execution": execution.to_dict(),
-        "function": safe_text(msg.function),
-        "arguments": to_jsonable(arguments),
-        "tool_call_id": msg.tool_call_id,
-    }
-
-
-def rebuild_error(result: CallResult) -> BaseException | None:
-    """An exception with the recorded type name and message, for Celery's FAILURE state."""
-    if result.status is not EventStatus.FAILED:
-        return None
-    error = result.execution.get("error")
-    if isinstance(error, dict):
-        name = str(error.get("error") or "Exception")
-        text = str(error.get("message") or "")
-    else:
-        name, text = "Exception", str(error)
-    cls = getattr(toolfleet_errors, name, None) or getattr(builtins, name, None)
-    if isinstance(cls, type) and issubclass(cls, Exception):
-        try:
-            return cls(text)
-        except Exception:  # e.g. ExceptionGroup needs two arguments
-            pass
-    return type(name, (Exception,), {"__module__": "toolfleet.remote"})(text)
-
-
-def register_execute_task(app: Celery) -> Task:
-    """Register ``toolfleet.execute`` on ``app`` (JSON dict in, JSON dict out)."""
-
-    @app.task(name=EXECUTE_TASK, bind=True)
-    def execute(self: Task, message: dict[str, Any]) -> dict[str, Any]:
-        runtime = runtime_for(self.app)
-        hard_s, soft_s = self.request.timelimit or (None, None)
-        loop = runtime.process_loop()
-        try:
-            outcome = loop.run_until_complete(
-                execute_async(
-                    message,
-                    runtime=runtime,
-                    hostname=self.request.hostname,
-                    limit_s=soft_s or hard_s,
-                    pool="sync",
-                    trace=getattr(self.request, tracing.TRACE_HEADER, None),
-                )
-            )
-        except SoftTimeLimitExceeded:
-            # The soft limit struck outside the tool (while the loop waited on Redis): the
-            # loop may hold a half-run task, so drop it, and record the timeout here.
-            runtime.discard_loop()
-            exc = ToolTimeoutError(
-                f"call of tool {message.get('function')!r} exceeded its time limit of "
-                f"{_fmt_s(soft_s)} (Celery soft_time_limit)"
-            )
-            record_if_absent(runtime, message, exc, EventStatus.FAILED, self.request.hostname)
-            raise exc from None
-        except Exception as exc:
-            # Not a tool failure (those are data): e.g. Redis failed mid-call. Leave a FAILED
-            # record if Redis lets us, so no collector waits for this call forever.
-            runtime.discard_loop()
-            try:
-                record_if_absent(runtime, message, exc, EventStatus.FAILED, self.request.hostname)
-            except redis.RedisError:
-                pass  # Redis is the problem; Celery's FAILURE state is all that is left
-            raise
-        return to_celery(self, outcome)
-
-    task: Task = execute
-
-    def is_ours(sender: Any) -> bool:
-        # No sender filter at connect time: @app.task returns a proxy, not the task itself.
-        return getattr(sender, "name", None) == EXECUTE_TASK and getattr(sender, "app", None) is app
-
-    def record_revoked(sender: Any = None, request: Any = None, **_: Any) -> None:
-        # A revoked call never reaches execute() (or its process was killed mid-call):
-        # record it CANCELLED so its collector is not left waiting.
-        if not is_ours(sender):
-            return
-        args = getattr(request, "args", None) or ()
-        if args:
-            exc = asyncio.CancelledError("the call was revoked")
-            hostname = getattr(request, "hostname", None)
-            record_if_absent(runtime_for(app), args[0], exc, EventStatus.CANCELLED, hostname)
-
-    def record_hard_timeout(
-        sender: Any = None, exception: Any = None, args: Any = None, **_: Any
-    ) -> None:
-        # Celery killed the process at the hard time limit: nothing in it wrote the record.
-        if not is_ours(sender) or not isinstance(exception, TimeLimitExceeded) or not args:
-            return
-        function = args[0].get("function") if isinstance(args[0], dict) else None
-        exc = ToolTimeoutError(
-            f"tool {function!r} exceeded Celery's hard time_limit ({exception}) and its "
-            f"process was killed; raise the tool's timeout_s if it needs longer"
-        )
-        record_if_absent(runtime_for(app), args[0], exc, EventStatus.FAILED, None)
-
-    signals.task_revoked.connect(record_revoked, weak=False)
-    signals.task_failure.connect(record_hard_timeout, weak=False)
-    return task
-
-
-def record_if_absent(
-    runtime: WorkerRuntime,
-    message: Any,
-    exc: BaseException,
-    status: EventStatus,
-    hostname: str | None,
-) -> None:
-    """Record a call that ended outside execute_async, unless it already has a record."""
-    if not isinstance(message, dict):
-        return
-    try:
-        msg = CallMessage.model_validate(message)
-    except ValidationError:
-        return  # no call_id to record under
-    reg = runtime.registry
-    tool = reg.get(msg.function) if msg.function in reg else None
-    if isinstance(exc, redis.RedisError | ConnectionError):
-        # Issue 7: a broker failure is reported as one, naming the broker (password masked).
-        # Issue 12: said only after Redis stayed unreachable past the outage limit, and
-        # without claiming the tool ran: whether it did is not known here.
-        exc = BrokerError(
-            f"the broker {maybe_sanitize_url(runtime.redis_url)} failed while the worker "
-            f"started or recorded call {msg.call_id} of tool {msg.function!r} "
-            f"({type(exc).__name__}: {exc}) and was not back within "
-            f"TOOLFLEET_OUTAGE_LIMIT_S={runtime.settings.outage_limit_s:g}s; whether the tool "
-            f"ran is unknown. Check its effects before re-running the call"
-        )
-    result = CallResult(
-        call_id=msg.call_id,
-        function=safe_text(msg.function),
-        event=failed_event(msg, tool, exc, status=status),
-        attempt=msg.attempt,
-        worker=hostname,
-        batch_id=msg.batch_id,
-    )
-    if reply_to_problem(msg.reply_to, runtime.keys) is not None:
-        msg = msg.model_copy(update={"reply_to": None})
-    runtime.sync_store.finish_if_absent(result, msg.reply_to)
-
-
-def to_celery(task: Task, outcome: Outcome) -> dict[str, Any]:
-    """Mirror the event in Celery's state: return (SUCCESS), raise (FAILURE), revoke (REVOKED)."""
-    status = outcome.status
-    if status is EventStatus.FAILED:
-        raise outcome.error or rebuild_error(outcome.result) or RuntimeError("call failed")
-    if status is EventStatus.CANCELLED:
-        task.send_event("task-revoked", terminated=True, signum=None, expired=False)
-        task.backend.mark_as_revoked(task.request.id, "cancelled", request=task.request)
-        raise Ignore()
-    return outcome.result.model_dump(mode="json")
 
 
 def _parse(message: dict[str, Any] | CallMessage) -> CallMessage:

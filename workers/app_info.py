@@ -1,0 +1,40 @@
+"""What a toolfleet Celery app carries: the Settings it was built from, its tool registry, and
+the Redis URL of its broker (where call records are kept).
+
+A leaf module: the task, pool, monitor and presence modules read an app through it, so none
+of them imports :mod:`workers.app`, which imports them all.
+"""
+
+from __future__ import annotations
+
+from celery import Celery
+
+from schemas.settings import Settings
+from workers.registry import Registry
+
+__all__ = ["DEFAULT_BROKER_URL", "redis_url_of", "registry_of", "settings_of"]
+
+DEFAULT_BROKER_URL = "redis://127.0.0.1:6379/0"
+
+
+def settings_of(app: Celery) -> Settings:
+    """The Settings an app was created from."""
+    settings: Settings = app.toolfleet_settings
+    return settings
+
+
+def registry_of(app: Celery) -> Registry:
+    """The tool registry an app's workers execute from."""
+    reg: Registry = app.toolfleet_registry
+    return reg
+
+
+def redis_url_of(app: Celery) -> str:
+    """The redis-py URL of the app's broker, where call records are kept."""
+    url = str(app.conf.broker_url)
+    # kombu spells a unix socket redis+socket:///path; redis-py spells it unix:///path.
+    if url.startswith("redis+socket://"):
+        return "unix://" + url[len("redis+socket://") :]
+    if url.startswith("socket://"):
+        return "unix://" + url[len("socket://") :]
+    return url

@@ -1,0 +1,225 @@
+"""Everything toolfleet does to Celery beyond its documented API, in one place.
+
+Written against Celery 5.7.0 (kombu 5.7.0, billiard 4.2). Each function here leans on one
+internal: a private tuple, a registry Celery keeps for itself, an attribute of the worker's
+consumer. ``tests/test_celery_internals.py`` checks every one of them against the installed
+Celery and fails naming what changed; when it fails, fix the function here, nowhere else.
+
+What for, in one sentence: a call shows in Flower as ``tool:<function>`` with its own state
+(C10), task events cost nothing while no monitor watches, and the asyncio pool reports to
+Celery as the prefork pool does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+from billiard.einfo import ExceptionInfo
+from billiard.exceptions import Terminated
+from celery import Celery, Task
+from celery.app.amqp import AMQP
+from celery.utils.saferepr import saferepr
+from celery.worker import state as worker_state
+from celery.worker.control import Panel, control_command
+
+__all__ = [
+    "CELERY_WRITTEN_AGAINST",
+    "PoolRequest",
+    "RevokedIds",
+    "cancelled_info",
+    "every",
+    "exception_info",
+    "install_enable_events",
+    "mark_revoked",
+    "pool_app_and_hostname",
+    "report_failure",
+    "report_success",
+    "shadow_named_amqp",
+    "store_failure",
+    "store_success",
+    "task_events_off",
+]
+
+CELERY_WRITTEN_AGAINST = "5.7.0"
+
+
+# -- the dispatcher's task-sent event (ShadowNamedAMQP) -----------------------------------------
+
+
+def shadow_named_amqp(sent_event_wanted: Callable[[Celery], bool]) -> type[AMQP]:
+    """An AMQP class naming the ``task-sent`` event like the message (``tool:<function>``, C10)
+    and dropping the event when ``sent_event_wanted(app)`` is false (nobody watches).
+
+    Internal: ``AMQP.as_task_v2`` returns the private ``task_message`` namedtuple (headers,
+    properties, body, sent_event); the event is a dict Celery publishes as it is.
+    """
+
+    class ShadowNamedAMQP(AMQP):
+        # Celery puts the shadow name in the message but the real task name in the task-sent
+        # event; Flower folds a late task-sent event over the worker's events, so a call would
+        # flip to ``toolfleet.execute`` depending on event order.
+        def as_task_v2(self, task_id: str, name: str, *args: Any, **kwargs: Any) -> Any:
+            message = super().as_task_v2(task_id, name, *args, **kwargs)
+            if message.sent_event is None:
+                return message
+            if not sent_event_wanted(self.app):
+                # Nobody watches: a task-sent event would be a PUBLISH no one receives.
+                return message._replace(sent_event=None)
+            shadow = message.headers.get("shadow")
+            if shadow:
+                message.sent_event["name"] = shadow
+            return message
+
+    return ShadowNamedAMQP
+
+
+# -- the enable_events remote control command --------------------------------------------------
+
+# Celery's own handler, kept before ours replaces it in the (process-global) Panel registry.
+_celery_enable_events = Panel.data["enable_events"]
+_on_enable: list[Callable[[Any], None]] = []
+
+
+@control_command(name="enable_events")
+def _enable_events(state: Any) -> Any:
+    """Tell worker(s) to send task-related events (for a lease, on toolfleet workers)."""
+    reply = _celery_enable_events(state)
+    for hook in _on_enable:
+        hook(state.consumer)
+    return reply
+
+
+def install_enable_events(on_enable: Callable[[Any], None]) -> None:
+    """After Celery's ``enable_events`` turns a worker's task events on, call
+    ``on_enable(consumer)``. Idempotent: a hook is installed once, whatever the app count.
+
+    Internal: ``Panel.data`` is Celery's registry of remote control commands; the command's
+    ``state.consumer`` is the worker's Consumer.
+    """
+    if on_enable not in _on_enable:
+        _on_enable.append(on_enable)
+    Panel.data["enable_events"] = _enable_events
+
+
+def task_events_off(consumer: Any) -> bool:
+    """Turn the worker's task events off (``disable_events`` for the task group only); True
+    when they were on.
+
+    Internal: ``Consumer.event_dispatcher.groups`` is the set of event groups sent.
+    """
+    dispatcher = consumer.event_dispatcher
+    if dispatcher is not None and "task" in (dispatcher.groups or ()):
+        dispatcher.groups.discard("task")
+        return True
+    return False
+
+
+def every(consumer: Any, interval_s: float, function: Callable[[], None]) -> None:
+    """Run ``function`` every ``interval_s`` on the worker's main-process timer.
+
+    Internal: ``Consumer.timer`` (a kombu Timer) and its ``call_repeatedly``.
+    """
+    consumer.timer.call_repeatedly(interval_s, function)
+
+
+# -- toolfleet.execute ending CANCELLED -------------------------------------------------------
+
+
+def mark_revoked(task: Task) -> None:
+    """Show the running task as REVOKED, as Celery does for ``revoke(terminate=True)``.
+
+    Internal: Celery sends ``task-revoked`` only from the worker's main process when it
+    terminates a task; a call that ends CANCELLED by itself sends it by hand, with the fields
+    Celery's own event has, and stores the REVOKED state against the task's request.
+    """
+    task.send_event("task-revoked", terminated=True, signum=None, expired=False)
+    task.backend.mark_as_revoked(task.request.id, "cancelled", request=task.request)
+
+
+class RevokedIds:
+    """The task ids this worker process has seen revoked, as a container.
+
+    Internal: ``celery.worker.state.revoked``, the worker's revoked set (read on each look, as
+    Celery may replace it).
+    """
+
+    def __contains__(self, task_id: object) -> bool:
+        return task_id in worker_state.revoked
+
+
+# -- the asyncio pool ----------------------------------------------------------------------------
+
+
+class PoolRequest(NamedTuple):
+    """What ``Request.execute_using_pool`` passes a pool as ``args``: the arguments of
+    ``celery.app.trace.fast_trace_task`` / ``trace_task_ret`` (private)."""
+
+    task_name: str
+    task_id: str
+    request: dict[str, Any]
+    body: Any
+    content_type: str
+    content_encoding: str
+
+
+def pool_app_and_hostname(pool: Any) -> tuple[Celery | None, str | None]:
+    """The app and worker hostname a pool was created for.
+
+    Internal: the worker's Pool component passes ``initargs=(app, hostname)``.
+    """
+    initargs: tuple[Any, ...] = tuple(pool.options.get("initargs") or ())
+    app = initargs[0] if initargs else None
+    hostname = initargs[1] if len(initargs) > 1 else None
+    return app, hostname
+
+
+def report_success(callback: Callable[..., Any] | None, retval: Any, runtime_s: float) -> None:
+    """Tell the worker's Request the task succeeded (acks, task-succeeded event).
+
+    Internal: ``Request.on_success`` takes ``(failed, retval, runtime)``.
+    """
+    if callback is not None:
+        callback((0, saferepr(retval), runtime_s))
+
+
+def report_failure(
+    callback: Callable[..., Any] | None, einfo: ExceptionInfo, runtime_s: float
+) -> None:
+    """Tell the worker's Request the task failed: ``Request.on_success`` routes
+    ``(1, einfo, runtime)`` to ``on_failure``, which acks (acks_late) and sends task-failed with
+    ``repr(einfo.exception)``, or task-revoked when the exception is ``Terminated``."""
+    if callback is not None:
+        callback((1, einfo, runtime_s))
+
+
+def exception_info(error: BaseException) -> ExceptionInfo:
+    """An ExceptionInfo for ``error``, unwrapped as a prefork child's is after unpickling, so
+    Flower shows the tool's exception, not a wrapper."""
+    try:
+        raise error
+    except BaseException:
+        einfo = ExceptionInfo()
+    einfo.exception = error
+    return einfo
+
+
+def cancelled_info(task_id: str) -> ExceptionInfo:
+    """The failure a cancelled call reports: ``Terminated`` makes Celery announce it revoked
+    (Flower shows REVOKED)."""
+    return exception_info(Terminated(f"call {task_id} was cancelled"))
+
+
+def store_success(app: Celery, task_id: str, retval: Any) -> None:
+    """Store SUCCESS in the result backend, when the app keeps results."""
+    if not app.conf.task_ignore_result:
+        app.backend.mark_as_done(task_id, retval, request=None)
+
+
+def store_failure(app: Celery, task_id: str, error: BaseException, einfo: ExceptionInfo) -> None:
+    """Store FAILURE in the result backend, when the app keeps results (no errbacks: a call's
+    failure is data in its record)."""
+    if not app.conf.task_ignore_result:
+        app.backend.mark_as_failure(
+            task_id, error, traceback=einfo.traceback, request=None, call_errbacks=False
+        )
