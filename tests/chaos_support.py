@@ -59,8 +59,11 @@ class ChaosBroker:
     restart is a broker that crashed and came back with its data (how Redis is deployed);
     without it a restart is a broker that lost everything."""
 
-    def __init__(self, *, persist: bool = True, host: str = "127.0.0.1") -> None:
+    def __init__(
+        self, *, persist: bool = True, host: str = "127.0.0.1", also_bind: Sequence[str] = ()
+    ) -> None:
         self.host = host
+        self.also_bind = tuple(also_bind)  # more addresses it listens on (e.g. veth ends)
         self.port = free_port()
         self.persist = persist
         self.dir = Path(tempfile.mkdtemp(prefix="toolfleet-chaos-redis-"))
@@ -84,7 +87,12 @@ class ChaosBroker:
             if self.persist
             else ["--appendonly", "no"]
         )
-        command = ["redis-server", "--bind", self.host, "--port", str(self.port), "--save", ""]
+        command = ["redis-server", "--bind", self.host, *self.also_bind]
+        command += ["--port", str(self.port), "--save", ""]
+        if self.also_bind:
+            # Reached from other network namespaces over veth ends that exist only on this
+            # machine; protected mode would refuse every non-loopback client.
+            command += ["--protected-mode", "no"]
         command += [*persistence, "--dir", str(self.dir)]
         self.proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         wait_for(self._answers, timeout_s=15, what=f"redis-server on {self.host}:{self.port}")
@@ -127,17 +135,22 @@ class Ledger:
         by_token: dict[int, list[str]] = defaultdict(list)
         if self.path.exists():
             for line in self.path.read_text().splitlines():
-                phase, token, _pid = line.split()
+                phase, token, *_ = line.split()
                 by_token[int(token)].append(phase)
         return by_token
 
     def count(self, phase: str) -> int:
         return sum(marks.count(phase) for marks in self.marks().values())
 
-    def started_pids(self) -> list[int]:
+    def lines(self) -> list[tuple[str, int, int, str]]:
+        """Every mark in written order: (phase, token, pid, host)."""
         if not self.path.exists():
             return []
-        return [int(line.split()[2]) for line in self.path.read_text().splitlines()]
+        marks: list[tuple[str, int, int, str]] = []
+        for line in self.path.read_text().splitlines():
+            phase, token, pid, host = line.split()
+            marks.append((phase, int(token), int(pid), host))
+        return marks
 
 
 def chaos_calls(

@@ -1,8 +1,10 @@
 """Tools for the chaos tests (issue 12 item 8): each run writes its own side channel.
 
-Every run appends ``S <token> <pid>`` to a ledger file when it starts and ``E <token> <pid>``
-when its side effect is done. The ledger is a plain file, not the broker, so a broker restart,
-stall or outage cannot lose it: the test counts what really ran, whatever Redis remembers.
+Every run appends ``S <token> <pid> <host>`` to a ledger file when it starts and
+``E <token> <pid> <host>`` when its side effect is done (``host``: the worker's CHAOS_HOST, so a
+test with workers in network namespaces can tell which host ran what). The ledger is a plain
+file, not the broker, so a broker restart, stall or outage cannot lose it: the test counts what
+really ran, whatever Redis remembers.
 Workers load this module with --tools.
 """
 
@@ -21,7 +23,8 @@ def _mark(ledger: str, phase: str, token: int) -> None:
     # One O_APPEND write of a short line is atomic: concurrent runs never interleave a line.
     fd = os.open(ledger, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
-        os.write(fd, f"{phase} {token} {os.getpid()}\n".encode())
+        host = os.environ.get("CHAOS_HOST", "-")
+        os.write(fd, f"{phase} {token} {os.getpid()} {host}\n".encode())
     finally:
         os.close(fd)
 

@@ -126,9 +126,11 @@ def start_worker(
     hostname: str | None = None,
     ready_timeout_s: float = 60.0,
     loglevel: str = "INFO",
+    prefix: Sequence[str] = (),
 ) -> WorkerProcess:
     """Run ``toolfleet worker --kind <kind>`` against ``redis_url``; return once it answers
-    a ping. Extra ``TOOLFLEET_*`` settings go in ``env``."""
+    a ping. Extra ``TOOLFLEET_*`` settings go in ``env``; ``prefix`` runs it through another
+    command (``ip netns exec NAME``, which execs it: the PID stays the worker's)."""
     if concurrency is None:
         concurrency = 4 if kind == "sync" else 500
     hostname = hostname or f"{kind}-{uuid.uuid4().hex[:8]}@localhost"
@@ -144,7 +146,8 @@ def start_worker(
     )
     full_env.update(env or {})
     script = Path(sys.executable).parent / "toolfleet"
-    command = [str(script)] if script.exists() else [sys.executable, "-m", "dispatcher.cli"]
+    command = [*prefix]
+    command += [str(script)] if script.exists() else [sys.executable, "-m", "dispatcher.cli"]
     command += [
         "worker",
         "--kind",

@@ -122,10 +122,9 @@ def test_a_sync_worker_sigkill_storm_loses_and_repeats_nothing(
     def running_child() -> int | None:
         """The PID of a prefork child now running a call (started, not ended)."""
         marks = ledger.marks()
-        for line in reversed(ledger.path.read_text().splitlines() if ledger.path.exists() else []):
-            phase, token, pid = line.split()
-            if phase == "S" and "E" not in marks[int(token)]:
-                return int(pid)
+        for phase, token, pid, _host in reversed(ledger.lines()):
+            if phase == "S" and "E" not in marks[token]:
+                return pid
         return None
 
     async def storm(branch: Branch, task: asyncio.Future[list[ActionResponseModel]]) -> None:
