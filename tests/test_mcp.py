@@ -315,9 +315,7 @@ def _free_port() -> int:
 def http_server(mcp_fleet: dict[str, str]) -> Iterator[str]:
     port = _free_port()
     env = {**_server_env(mcp_fleet), "TEST_MCP_TOKEN": TOKEN}
-    log = open(
-        f"/tmp/toolfleet-mcp-http-{port}.log", "w+b"
-    )
+    log = open(f"/tmp/toolfleet-mcp-http-{port}.log", "w+b")
     process = subprocess.Popen(
         [
             *_command(),
@@ -399,3 +397,59 @@ def test_without_tool_modules_the_command_says_what_to_pass() -> None:
     )
     assert done.returncode == 2
     assert "pass --tools MODULE" in done.stderr
+
+
+def _listeners(port: int) -> list[str]:
+    """The local addresses listening on TCP ``port`` (IPv4 and IPv6), from /proc/net."""
+    found: list[str] = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            local, state = line.split()[1], line.split()[3]
+            address, port_hex = local.rsplit(":", 1)
+            if state == "0A" and int(port_hex, 16) == port:  # 0A: LISTEN
+                found.append(address)
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="reads Linux's /proc/net/tcp")
+def test_http_binds_loopback_only_by_default(http_server: str) -> None:
+    port = int(http_server.rsplit(":", 1)[1].split("/")[0])
+    # 0100007F is 127.0.0.1 in /proc's byte order; 0.0.0.0 or :: would reach every interface.
+    assert _listeners(port) == ["0100007F"]
+
+
+def test_http_on_another_address_without_a_token_warns() -> None:
+    # 192.0.2.1 (TEST-NET-1) is not this machine's: the warning comes, then the bind fails,
+    # so nothing is ever served beyond loopback by this test.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLFLEET_")}
+    env["TOOLFLEET_BROKER_URL"] = "redis://127.0.0.1:1/0"
+    args = ["mcp", "--tools", "tests.sample_tools", "--transport", "http", "--host", "192.0.2.1"]
+    done = subprocess.run(
+        [*_command(), *args, "--port", str(_free_port())],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode != 0
+    assert "serving on 192.0.2.1 without a bearer token" in done.stderr
+
+
+def test_the_readmes_desktop_assistant_config_is_a_valid_toolfleet_mcp_command() -> None:
+    """The README's claude_desktop_config.json block parses, and its command line is one
+    `toolfleet mcp` accepts (stdio, the tools and gate options as documented)."""
+    from dispatcher.cli import build_parser
+
+    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    block = readme.split("```json\n", 1)[1].split("```", 1)[0]
+    server = json.loads(block)["mcpServers"]["toolfleet"]
+    assert server["command"].endswith("/toolfleet")
+    assert "TOOLFLEET_BROKER_URL" in server["env"]
+    args = build_parser().parse_args(server["args"])
+    assert args.command == "mcp" and args.transport == "stdio"
+    assert args.tools == ["mytools"] and args.gate == ["mygates:policy"]

@@ -113,7 +113,12 @@ def traced_fleet(
     started: list[WorkerProcess] = []
     try:
         started.append(start_worker("sync", redis_url=redis_url, concurrency=2, env=env))
-        started.append(start_worker("async", redis_url=redis_url, concurrency=50, env=env))
+        # The async worker gets the README's recipe instead: the collector's base URL in the
+        # generic OTEL_EXPORTER_OTLP_ENDPOINT (the exporter appends /v1/traces). Its spans
+        # arriving is the check that the README's variables work.
+        readme_env = {k: v for k, v in env.items() if k != "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"}
+        readme_env["OTEL_EXPORTER_OTLP_ENDPOINT"] = collector.endpoint.removesuffix("/v1/traces")
+        started.append(start_worker("async", redis_url=redis_url, concurrency=50, env=readme_env))
         yield settings
     finally:
         for worker in started:
@@ -197,9 +202,11 @@ def test_one_trace_from_act_through_the_workers_to_the_history_write(
 
     # The workers' spans crossed the broker: same trace, each a child of its call's span.
     remote = collector.wait_for(
-        lambda spans: set(_by_call(spans, "toolfleet.worker ")) >= set(call_ids)
-        and sum(s.name == "toolfleet.record" for s in spans if s.trace_id == act.trace_id)
-        >= len(call_ids),
+        lambda spans: (
+            set(_by_call(spans, "toolfleet.worker ")) >= set(call_ids)
+            and sum(s.name == "toolfleet.record" for s in spans if s.trace_id == act.trace_id)
+            >= len(call_ids)
+        ),
         timeout_s=20,
     )
     remote = [s for s in remote if s.trace_id == act.trace_id]
@@ -209,9 +216,10 @@ def test_one_trace_from_act_through_the_workers_to_the_history_write(
         dispatcher_span = calls[str(result.call_id)]
         assert worker_span.parent_span_id == dispatcher_span.span_id
         assert worker_span.attributes["toolfleet.status"] == result.status.value
-        assert worker_span.attributes["toolfleet.worker"] == dispatcher_span.attributes[
-            "toolfleet.worker"
-        ]
+        assert (
+            worker_span.attributes["toolfleet.worker"]
+            == dispatcher_span.attributes["toolfleet.worker"]
+        )
         assert worker_span.service.startswith("toolfleet-worker-")
         steps = _children(remote, worker_span)
         assert {"toolfleet.queue_wait", "toolfleet.tool", "toolfleet.record"} <= set(steps)
