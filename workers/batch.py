@@ -25,6 +25,7 @@ from celery import Celery, Task
 
 from schemas import tracing
 from schemas.errors import MalformedRequestError
+from schemas.record import not_run_result
 from schemas.status import EventStatus
 from schemas.tasks import EXECUTE_MANY_TASK, task_id_for
 from schemas.tool import ToolKind
@@ -32,7 +33,6 @@ from schemas.wire import CallMessage, CallResult
 from workers.batch_publish import DEFAULT_BATCH_SIZE, publish_batched
 from workers.batch_store import BatchRuntime, BatchStore
 from workers.celery_internals import RevokedIds
-from workers.failure import failed_event
 from workers.runtime import WorkerRuntime, runtime_for
 from workers.task import execute_async
 
@@ -108,14 +108,7 @@ async def execute_many_async(
 def _revoked_result(msg: CallMessage, runtime: WorkerRuntime, hostname: str | None) -> CallResult:
     error = asyncio.CancelledError(f"call {msg.call_id} was revoked before it ran")
     tool = runtime.registry.get(msg.function) if msg.function in runtime.registry else None
-    return CallResult(
-        call_id=msg.call_id,
-        function=msg.function,
-        event=failed_event(msg, tool, error, status=EventStatus.CANCELLED),
-        attempt=msg.attempt,
-        worker=hostname,
-        batch_id=msg.batch_id,
-    )
+    return not_run_result(msg, tool, error, status=EventStatus.CANCELLED, worker=hostname)
 
 
 def register_execute_many_task(app: Celery) -> Task:

@@ -1,16 +1,15 @@
-"""The record of a call that ended without its tool's own result: never ran, stopped, lost.
+"""Calls that end outside :func:`workers.task.execute_async`, and FAILED records for Celery.
 
-:func:`failed_event` builds the event of such a call (the tool never ran: unknown tool, refused,
-worker lost, revoked, timed out outside the tool); :func:`record_if_absent` stores one for a
-call that ended outside :func:`workers.task.execute_async` (a signal handler, the pool);
-:func:`rebuild_error` turns a stored FAILED record back into an exception for Celery.
+:func:`record_if_absent` stores the record of a call a signal handler or the pool saw end
+(revoked, killed at the hard time limit, a broker failure) unless it has one, built by the one
+constructor for a call that never ran, was stopped or was lost
+(:func:`schemas.record.not_run_result`); :func:`rebuild_error` turns a stored FAILED record back
+into an exception for Celery.
 """
 
 from __future__ import annotations
 
 import builtins
-import uuid
-from datetime import UTC, datetime
 from typing import Any
 
 import redis
@@ -18,43 +17,14 @@ from kombu.utils.url import maybe_sanitize_url
 from pydantic import ValidationError
 
 import schemas.errors as toolfleet_errors
-from schemas.contract import safe_text
 from schemas.errors import BrokerError
-from schemas.execution import Execution
-from schemas.function_calling import REDACTED, redact
-from schemas.serialize import to_jsonable
+from schemas.record import not_run_result
 from schemas.status import EventStatus
-from schemas.tool import Tool
 from schemas.wire import CallMessage, CallResult
 from workers.guard import reply_to_problem
 from workers.runtime import WorkerRuntime
 
-__all__ = ["failed_event", "rebuild_error", "record_if_absent"]
-
-
-def failed_event(
-    msg: CallMessage,
-    tool: Tool | None,
-    exc: BaseException,
-    *,
-    status: EventStatus = EventStatus.FAILED,
-) -> dict[str, Any]:
-    """An event record for a call whose tool never ran (unknown tool, worker lost, ...)."""
-    execution = Execution(duration=0.0, status=status)
-    execution.add_error(exc)
-    if tool is not None:
-        arguments = redact(msg.arguments, tool.secret_args)
-    else:
-        # No tool, no list of secret arguments: keep the names, hide every value.
-        arguments = dict.fromkeys(msg.arguments, REDACTED)
-    return {
-        "id": str(uuid.uuid4()),
-        "created_at": datetime.now(UTC).isoformat(),
-        "execution": execution.to_dict(),
-        "function": safe_text(msg.function),
-        "arguments": to_jsonable(arguments),
-        "tool_call_id": msg.tool_call_id,
-    }
+__all__ = ["rebuild_error", "record_if_absent"]
 
 
 def rebuild_error(result: CallResult) -> BaseException | None:
@@ -103,14 +73,7 @@ def record_if_absent(
             f"TOOLFLEET_OUTAGE_LIMIT_S={runtime.settings.outage_limit_s:g}s; whether the tool "
             f"ran is unknown. Check its effects before re-running the call"
         )
-    result = CallResult(
-        call_id=msg.call_id,
-        function=safe_text(msg.function),
-        event=failed_event(msg, tool, exc, status=status),
-        attempt=msg.attempt,
-        worker=hostname,
-        batch_id=msg.batch_id,
-    )
+    result = not_run_result(msg, tool, exc, status=status, worker=hostname)
     if reply_to_problem(msg.reply_to, runtime.keys) is not None:
         msg = msg.model_copy(update={"reply_to": None})
     runtime.sync_store.finish_if_absent(result, msg.reply_to)

@@ -19,7 +19,6 @@ from celery.exceptions import SoftTimeLimitExceeded
 from pydantic import ValidationError
 
 from schemas import tracing
-from schemas.contract import safe_text
 from schemas.errors import (
     MalformedRequestError,
     RefusedCallError,
@@ -29,10 +28,11 @@ from schemas.errors import (
     WorkerLostError,
 )
 from schemas.function_calling import FunctionCalling
+from schemas.record import not_run_result
 from schemas.status import EventStatus
 from schemas.tool import Tool, ToolKind
 from schemas.wire import CallMessage, CallResult
-from workers.failure import failed_event, rebuild_error
+from workers.failure import rebuild_error
 from workers.guard import check_call, reply_to_problem
 from workers.runtime import CallRuntime, CallStore
 from workers.store import StartedMarker
@@ -235,14 +235,7 @@ async def _finish_failed(
     *,
     status: EventStatus = EventStatus.FAILED,
 ) -> Outcome:
-    result = CallResult(
-        call_id=msg.call_id,
-        function=safe_text(msg.function),
-        event=failed_event(msg, tool, exc, status=status),
-        attempt=msg.attempt,
-        worker=hostname,
-        batch_id=msg.batch_id,
-    )
+    result = not_run_result(msg, tool, exc, status=status, worker=hostname)
     if await store.finish(result, msg.reply_to) is False:
         return await _stored_outcome(store, msg, result)
     return Outcome(result, exc if status is EventStatus.FAILED else None)
