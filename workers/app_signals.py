@@ -26,20 +26,22 @@ RECEIVER_UID = "toolfleet.app_signals"
 Handler = Callable[..., None]
 
 _lock = threading.Lock()
-# id(app) → (weak reference to the app, its handlers by signal). Weak: an app nobody holds
-# is collected even if it was never closed.
-_apps: dict[int, tuple[weakref.ref[Celery], dict[Signal, list[Handler]]]] = {}
+# id(app) → a weak reference to the app: an app nobody holds is collected even if it was never
+# closed. Its handlers live on the app itself (they refer to it), never in this module.
+_apps: dict[int, weakref.ref[Celery]] = {}
 _connected: set[Signal] = set()
+_HANDLERS = "toolfleet_signal_handlers"
 
 
 def connect(app: Celery, signal: Signal, handler: Handler) -> None:
     """Call ``handler(sender=..., **kwargs)`` when ``signal`` fires for ``app``."""
     with _lock:
-        entry = _apps.get(id(app))
-        if entry is None or entry[0]() is not app:
-            entry = _apps[id(app)] = (weakref.ref(app), {})
+        ref = _apps.get(id(app))
+        if ref is None or ref() is not app:
+            _apps[id(app)] = weakref.ref(app)
             weakref.finalize(app, _forget, id(app))
-        entry[1].setdefault(signal, []).append(handler)
+        handlers: dict[Signal, list[Handler]] = app.__dict__.setdefault(_HANDLERS, {})
+        handlers.setdefault(signal, []).append(handler)
         if signal not in _connected:
             signal.connect(_receive, weak=False, dispatch_uid=RECEIVER_UID)
             _connected.add(signal)
@@ -47,21 +49,22 @@ def connect(app: Celery, signal: Signal, handler: Handler) -> None:
 
 def detach(app: Celery) -> None:
     """Drop ``app``'s handlers; with no app left, disconnect the receivers."""
+    app.__dict__.pop(_HANDLERS, None)
     _forget(id(app), app)
 
 
 def live_apps() -> list[Celery]:
     """The apps that have handlers now (for tests and diagnostics)."""
     with _lock:
-        apps = [ref() for ref, _ in _apps.values()]
+        apps = [ref() for ref in _apps.values()]
     return [app for app in apps if app is not None]
 
 
 def _forget(key: int, app: Celery | None = None) -> None:
     with _lock:
-        entry = _apps.get(key)
+        ref = _apps.get(key)
         # By id: a finalizer runs after its app is gone, and the id may be reused by then.
-        if entry is not None and entry[0]() in (None, app):
+        if ref is not None and ref() in (None, app):
             del _apps[key]
         if not _apps:
             for signal in _connected:
@@ -74,9 +77,9 @@ def _receive(signal: Signal | None = None, sender: Any = None, **kwargs: Any) ->
     if app is None or signal is None:
         return
     with _lock:
-        entry = _apps.get(id(app))
-        if entry is None or entry[0]() is not app:
+        ref = _apps.get(id(app))
+        if ref is None or ref() is not app:
             return
-        handlers = list(entry[1].get(signal, ()))
+        handlers = list(app.__dict__.get(_HANDLERS, {}).get(signal, ()))
     for handler in handlers:
         handler(sender=sender, **kwargs)
