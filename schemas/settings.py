@@ -7,12 +7,13 @@ import os
 import warnings
 from collections.abc import Mapping
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from schemas.errors import ConfigurationError
 
-__all__ = ["ENV_PREFIX", "Settings"]
+__all__ = ["ENV_PREFIX", "Settings", "check_broker_url", "masked_url"]
 
 ENV_PREFIX = "TOOLFLEET_"
 
@@ -59,6 +60,15 @@ class Settings(BaseModel):
     # every 5 s); after the monitor leaves, events turn off within this many seconds.
     monitor_lease_s: float = Field(default=30.0, gt=0)
 
+    @field_validator("broker_url")
+    @classmethod
+    def _redis_url(cls, url: str | None) -> str | None:
+        # Checked here, so `http://…` or `127.0.0.1:6379` is one line naming the setting on
+        # every command instead of a redis-py or kombu traceback from deep inside.
+        if url is None or url == "":
+            return None
+        return check_broker_url(url)
+
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         """Read ``TOOLFLEET_*`` variables; ``overrides`` win over the environment."""
@@ -77,13 +87,54 @@ class Settings(BaseModel):
             err = exc.errors()[0]
             field = str(err["loc"][0]) if err["loc"] else "?"
             var = ENV_PREFIX + field.upper()
+            message = str(err["msg"]).removeprefix("Value error, ")
+            shown = masked_url(values.get(field)) if field.endswith("_url") else values.get(field)
             raise ConfigurationError(
-                f"{var}={values.get(field)!r} is invalid: {err['msg']}; fix or unset {var}"
+                f"{var}={shown!r} is invalid: {message}; fix or unset {var}"
             ) from None
 
     def key(self, *parts: str) -> str:
         """A Redis key under this fleet's prefix."""
         return ":".join((self.key_prefix, *parts))
+
+
+_HOST_SCHEMES = ("redis", "rediss")
+_SOCKET_SCHEMES = ("redis+socket", "socket")
+_URL_EXAMPLE = "redis://host:6379/0, rediss://host:6380/0 or redis+socket:///path/to/redis.sock"
+
+
+def masked_url(value: Any) -> Any:
+    """A URL's password as ``***``, so an error message never prints it."""
+    if not isinstance(value, str) or "@" not in value:
+        return value
+    head, _, tail = value.rpartition("@")
+    scheme, sep, userinfo = head.partition("://")
+    if not sep or ":" not in userinfo:
+        return value
+    user = userinfo.split(":", 1)[0]
+    return f"{scheme}://{user}:***@{tail}"
+
+
+def check_broker_url(url: str) -> str:
+    """``url`` if it is a Redis URL toolfleet can use, else ValueError saying what to write."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port  # raises on a port that is not a number in 0..65535
+    except ValueError as exc:
+        raise ValueError(f"not a valid URL ({exc}); write {_URL_EXAMPLE}") from None
+    scheme = parts.scheme.lower()
+    if scheme in _HOST_SCHEMES:
+        if not parts.hostname:
+            raise ValueError(f"{scheme}:// URL names no host; write {_URL_EXAMPLE}")
+        if port == 0:
+            raise ValueError(f"port 0 is not a port; write {_URL_EXAMPLE}")
+        return url
+    if scheme in _SOCKET_SCHEMES:
+        if not parts.path:
+            raise ValueError(f"{scheme}:// URL names no socket path; write {_URL_EXAMPLE}")
+        return url
+    shown = f"scheme {parts.scheme + '://'!r}" if parts.scheme else "no scheme"
+    raise ValueError(f"the broker must be Redis, got {shown}; write {_URL_EXAMPLE}")
 
 
 def _split_list(raw: str) -> tuple[str, ...]:

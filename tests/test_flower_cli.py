@@ -191,7 +191,7 @@ def test_without_a_broker_url_monitors_the_running_embedded_fleet(
     (fleet_dir / "broker_url").write_text(redis_url)
     flower = start_flower("", tmp_path, "--no-persistent")
     try:
-        assert f"monitoring the embedded fleet at {redis_url}" in flower.log()
+        assert f"monitoring the embedded fleet of pid {os.getpid()} at {redis_url}" in flower.log()
         status, _ = http_get(flower.base_url + "/metrics")
         assert status == 200
     finally:

@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from typing import Any
 
 from celery import signals
 
 from schemas import tracing
-from schemas.settings import ENV_PREFIX, Settings
+from schemas.errors import ConfigurationError
+from schemas.settings import ENV_PREFIX, Settings, masked_url
 
 __all__ = ["ASYNC_POOL", "default_concurrency", "register", "run_worker"]
 
@@ -143,6 +145,7 @@ def run_worker(
         signals.worker_process_shutdown.connect(_flush_spans, weak=False)
         signals.worker_shutdown.connect(_flush_spans, weak=False)
     app = create_app(settings, registry=registry)
+    _wait_for_broker(app, str(settings.broker_url))
     queue = settings.sync_queue if kind == "sync" else settings.async_queue
     if kind == "async":
         app.conf.worker_pool = ASYNC_POOL
@@ -169,6 +172,37 @@ def run_worker(
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else 0
     return 0
+
+
+# A worker started together with its Redis (a compose stack, a boot script) waits this long
+# for it; past that, a broker that does not answer is a wrong setting, not a slow start.
+BROKER_WAIT_S = 10.0
+
+
+def _wait_for_broker(app: Any, broker_url: str, wait_s: float = BROKER_WAIT_S) -> None:
+    """PING the broker until it answers; ConfigurationError (exit 2, one line) naming the
+    masked URL if it does not within ``wait_s`` or its host does not resolve."""
+    import redis
+
+    from workers.app import redis_url_of
+
+    client = redis.Redis.from_url(redis_url_of(app), socket_connect_timeout=2.0, socket_timeout=2.0)
+    deadline = time.monotonic() + wait_s
+    try:
+        while True:
+            try:
+                client.ping()
+                return
+            except redis.RedisError as exc:
+                unknown_host = "Name or service not known" in str(exc)
+                if unknown_host or time.monotonic() > deadline:
+                    raise ConfigurationError(
+                        f"the broker {masked_url(broker_url)} does not answer ({exc}); check "
+                        f"that it is running, or fix {ENV_PREFIX}BROKER_URL"
+                    ) from None
+                time.sleep(0.5)
+    finally:
+        client.close()
 
 
 def _flush_spans(**_: object) -> None:

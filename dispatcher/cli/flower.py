@@ -18,7 +18,8 @@ from urllib.parse import urlsplit, urlunsplit
 from celery import states
 from celery.events.state import Task
 
-from dispatcher.cli.embedded import run_dir, running_broker_url
+from dispatcher.cli.broker_probe import check_reachable
+from dispatcher.cli.embedded import live_fleets, run_dir
 from schemas.errors import ConfigurationError
 from schemas.settings import ENV_PREFIX, Settings
 
@@ -104,20 +105,25 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
 
 def resolve_broker_url(settings: Settings) -> str:
     """The broker Flower watches: TOOLFLEET_BROKER_URL, else the embedded default's Redis."""
+    return _resolve(settings)[0]
+
+
+def _resolve(settings: Settings) -> tuple[str, int | None]:
+    """The broker URL and, for an embedded fleet, the pid of the toolfleet that runs it."""
     if settings.broker_url:
-        return settings.broker_url
-    embedded_url = running_broker_url(settings)
-    if embedded_url is None:
-        raise ConfigurationError(
-            f"no broker to monitor: {ENV_PREFIX}BROKER_URL is unset and no embedded toolfleet "
-            f"Redis is running; set {ENV_PREFIX}BROKER_URL=redis://host:6379/0 "
-            "(a `toolfleet run` on the embedded default, while it runs, is found by itself)"
+        return settings.broker_url, None
+    for pid, embedded_url in live_fleets(settings):
+        print(
+            f"toolfleet flower: monitoring the embedded fleet of pid {pid} at "
+            f"{_without_password(embedded_url)}; Flower stops when that fleet stops",
+            file=sys.stderr,
         )
-    print(
-        f"toolfleet flower: monitoring the embedded fleet at {_without_password(embedded_url)}",
-        file=sys.stderr,
+        return embedded_url, pid
+    raise ConfigurationError(
+        f"no broker to monitor: {ENV_PREFIX}BROKER_URL is unset and no embedded toolfleet "
+        f"Redis is running; set {ENV_PREFIX}BROKER_URL=redis://host:6379/0 "
+        "(a `toolfleet run` on the embedded default, while it runs, is found by itself)"
     )
-    return embedded_url
 
 
 def state_file(settings: Settings) -> Path:
@@ -165,7 +171,7 @@ def flower_argv(
 
 def _run(args: argparse.Namespace) -> int:
     settings = Settings.from_env()
-    broker_url = resolve_broker_url(settings)
+    broker_url, fleet_pid = _resolve(settings)
     db_path = Path(args.state_file) if args.state_file else state_file(settings)
     if args.persistent:
         db_path.parent.mkdir(parents=True, exist_ok=True)
@@ -184,17 +190,36 @@ def _run(args: argparse.Namespace) -> int:
             "anyone who reaches this port can see and revoke tasks",
             file=sys.stderr,
         )
-    _serve(_celery_app(settings, broker_url), argv)
-    return 0
+    app = _celery_app(settings, broker_url)
+    from workers.app import redis_url_of
+
+    # Up front, so a wrong URL is one line and exit 2, not Flower retrying for minutes.
+    check_reachable(redis_url_of(app), broker_url)
+    _serve(app, argv, fleet_pid=fleet_pid, settings=settings, port=args.port, address=args.address)
+    # Flower's executor threads may be stuck reconnecting to a broker that is gone, and the
+    # interpreter would wait for them at exit: the state is saved, so leave now.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
-def _serve(celery_app: Any, argv: list[str]) -> None:
-    """What ``celery flower`` does, with our app object instead of one found by ``-A``."""
+def _serve(
+    celery_app: Any,
+    argv: list[str],
+    *,
+    fleet_pid: int | None = None,
+    settings: Settings | None = None,
+    port: int = 0,
+    address: str = "",
+) -> None:
+    """What ``celery flower`` does, with our app object instead of one found by ``-A``;
+    returns on SIGTERM, SIGINT or (for an embedded fleet) when that fleet's toolfleet ends."""
     import signal
 
     from flower import command as flower_command
     from flower.app import Flower
     from flower.urls import settings as flower_settings
+    from tornado.ioloop import PeriodicCallback
     from tornado.options import options
 
     # Environment first, then our explicit options, so the command line wins.
@@ -208,11 +233,20 @@ def _serve(celery_app: Any, argv: list[str]) -> None:
     celery_app.set_default()
     flower_app = Flower(capp=celery_app, options=options, **flower_settings)
     track_calls(flower_app.events.state)
-    # SIGTERM → SystemExit → stop(), which saves the persistent state.
+    # SIGTERM/SIGINT → SystemExit → stop(), which saves the persistent state.
     signal.signal(signal.SIGTERM, flower_command.sigterm_handler)
-    port = flower_app.start_http_server()
+    signal.signal(signal.SIGINT, flower_command.sigterm_handler)
+    try:
+        bound_port = flower_app.start_http_server()
+    except OSError as exc:
+        raise ConfigurationError(
+            f"--port {port} on {address} cannot be used ({exc.strerror or exc}); pass a free "
+            "--port, or stop what listens there"
+        ) from None
+    if fleet_pid is not None:
+        _stop_with_fleet(flower_app, fleet_pid, settings, PeriodicCallback)
     print(
-        f"toolfleet flower: listening on http://{options.address}:{port}/ "
+        f"toolfleet flower: listening on http://{options.address}:{bound_port}/ "
         f"(state: {options.db if options.persistent else 'not persisted'})",
         file=sys.stderr,
         flush=True,
@@ -228,6 +262,24 @@ def _serve(celery_app: Any, argv: list[str]) -> None:
         pass
     finally:
         flower_app.stop()
+
+
+def _stop_with_fleet(
+    flower_app: Any, fleet_pid: int, settings: Settings | None, periodic: Any
+) -> None:
+    """Stop Flower's loop once the embedded fleet it watches has stopped (its toolfleet
+    removes the fleet's broker_url as it stops, or is gone)."""
+
+    def check() -> None:
+        if fleet_pid not in dict(live_fleets(settings)):
+            print(
+                f"toolfleet flower: the embedded fleet of pid {fleet_pid} stopped; stopping",
+                file=sys.stderr,
+                flush=True,
+            )
+            flower_app.io_loop.stop()
+
+    periodic(check, 500).start()
 
 
 def track_calls(state: Any) -> None:
