@@ -21,6 +21,7 @@ from typing import Any
 from dispatcher.branch import Branch
 from dispatcher.context import CallContext
 from dispatcher.fleet import Fleet
+from dispatcher.hooks import HookPoint
 from dispatcher.session import Session
 from schemas.action import CallParams
 from schemas.errors import ConfigurationError
@@ -88,6 +89,11 @@ class FleetBridge:
         self.lionagi_branch = lionagi_branch
         self.branch = _GatedBranch(lionagi_branch, session, fleet=fleet, id=str(lionagi_branch.id))
         self.branch.on_message(self._mirror)
+        # lionagi's TOOL_PRE handlers are guards (a raise stops the call): they must stay in
+        # force on the fleet, so each toolfleet hook point fires lionagi's as well.
+        self.branch.hooks.on(HookPoint.TOOL_PRE, self._tool_pre)
+        self.branch.hooks.on(HookPoint.TOOL_POST, self._tool_post)
+        self.branch.hooks.on(HookPoint.TOOL_ERROR, self._tool_error)
         # Per batch: the caller's lionagi ActionRequests by tool_call_id, and the lionagi
         # request of each call whose response is still to be written, by call_id.
         self._given: dict[str, Any] = {}
@@ -137,6 +143,56 @@ class FleetBridge:
             )
             for r in results
         ]
+
+    async def _tool_pre(self, payload: dict[str, Any]) -> None:
+        bus = self.lionagi_branch._hooks
+        if bus is not None:
+            from lionagi.hooks.bus import HookPoint as LionagiPoint
+
+            # blocking_emit: a guard's exception propagates, and toolfleet's TOOL_PRE rule
+            # (C3) then aborts just this call, as lionagi does.
+            await bus.emit(
+                LionagiPoint.TOOL_PRE,
+                tool_name=payload["tool_name"],
+                call_id=payload["call_id"],
+                args_summary=str(payload["arguments"])[:200],
+            )
+
+    async def _tool_post(self, payload: dict[str, Any]) -> None:
+        bus = self.lionagi_branch._hooks
+        if bus is not None:
+            from lionagi.hooks.bus import HookPoint as LionagiPoint
+
+            if payload.get("error") is not None:
+                # toolfleet's TOOL_POST follows every run; lionagi's TOOL_ERROR a failed one.
+                await bus.emit(
+                    LionagiPoint.TOOL_ERROR,
+                    call_id=payload["call_id"],
+                    tool_name=payload["tool_name"],
+                    error=RuntimeError(payload["error"]),
+                    duration=payload.get("duration"),
+                )
+                return
+            await bus.emit(
+                LionagiPoint.TOOL_POST,
+                call_id=payload["call_id"],
+                tool_name=payload["tool_name"],
+                result_summary=str(payload.get("response"))[:200],
+                duration=payload.get("duration"),
+            )
+
+    async def _tool_error(self, payload: dict[str, Any]) -> None:
+        bus = self.lionagi_branch._hooks
+        if bus is not None:
+            from lionagi.hooks.bus import HookPoint as LionagiPoint
+
+            await bus.emit(
+                LionagiPoint.TOOL_ERROR,
+                call_id=payload["call_id"],
+                tool_name=payload["tool_name"],
+                error=payload.get("error"),
+                duration=payload.get("duration"),
+            )
 
     async def _mirror(self, message: Message) -> None:
         msgs = self.lionagi_branch.msgs

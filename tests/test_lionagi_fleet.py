@@ -197,3 +197,43 @@ def test_toolfleet_act_accepts_lionagi_requests_and_on_fleet_refuses_other_branc
     with pytest.raises(ConfigurationError, match="takes a lionagi Branch"):
         on_fleet(branch)
     assert [r.output for r in branch.act_sync(call("add", a=1, b=1))] == [2]
+
+
+def test_lionagis_hooks_guard_and_observe_calls_on_the_fleet(fleet_settings: Settings) -> None:
+    """A lionagi TOOL_PRE guard stays in force on the fleet (its raise stops only that call,
+    which never reaches a worker); TOOL_POST and TOOL_ERROR see the fleet's outcomes."""
+    from lionagi.hooks.bus import HookBus, HookPoint
+
+    async def scenario() -> None:
+        fleet = Fleet(fleet_settings)
+        lbranch = LionagiBranch(log_config=QUIET)
+        bus = HookBus()
+        lbranch.attach_hook_bus(bus)
+        seen: dict[str, list[str]] = {"post": [], "error": []}
+
+        def guard(tool_name: str, **_: Any) -> None:
+            if tool_name == "echo":
+                raise PermissionError("echo is not allowed here")
+
+        bus.on(HookPoint.TOOL_PRE, guard)
+        bus.on(HookPoint.TOOL_POST, lambda tool_name, **_: seen["post"].append(tool_name))
+        bus.on(HookPoint.TOOL_ERROR, lambda tool_name, **_: seen["error"].append(tool_name))
+        on_fleet(lbranch, fleet=fleet)
+
+        results = await lbranch.act(
+            [_request("add", a=1, b=1), _request("echo", value="x"), _request("fail")]
+        )
+        assert [r.output for r in results] == [2, None, None]
+        (_, added), (_, guarded), (_, failed) = _pairs(lbranch)
+        assert added.content.error is None
+        assert "echo is not allowed here" in (guarded.content.error or "")
+        assert "boom" in (failed.content.error or "")
+        assert seen == {"post": ["add"], "error": ["echo", "fail"]}
+        # The guarded call was never enqueued: toolfleet recorded it ABORTED.
+        stored = await Branch.load(str(lbranch.id), fleet=fleet)
+        assert [e["execution"]["status"] for e in stored.events if e["function"] == "echo"] == [
+            "aborted"
+        ]
+        await fleet.aclose()
+
+    asyncio.run(asyncio.wait_for(scenario(), 120))
