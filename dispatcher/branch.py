@@ -2,31 +2,38 @@
 
 from __future__ import annotations
 
-import inspect
-import logging
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 from dispatcher.act import Batch
 from dispatcher.context import CallContext
 from dispatcher.fleet import Fleet, default_fleet
-from dispatcher.history import BranchHistory, Unit, load_records
+from dispatcher.history import load_records
 from dispatcher.hooks import HookBus
-from dispatcher.signals import CallbackFailed, HistoryWriteFailed, Signal
+from dispatcher.recorder import EventObserver, HistoryRecorder, MessageCallback
+from dispatcher.recover import recover_branch
+from dispatcher.signals import Signal
 from schemas import tracing
-from schemas.action import ActionResponseModel, CallParams
+from schemas.action import ActionResponseModel, CallParams, ToolInvocation
 from schemas.messages import Message
-from schemas.status import EventStatus
 
-if TYPE_CHECKING:
-    from dispatcher.session import Session
+__all__ = ["Branch", "MessageCallback", "Scope"]
 
-__all__ = ["Branch", "MessageCallback"]
 
-log = logging.getLogger(__name__)
+class Scope(Protocol):
+    """What a branch needs of its session (``dispatcher.session.Session`` is one): a
+    Protocol, so a branch never imports the session that creates it."""
 
-MessageCallback = Callable[[Message], "Awaitable[Any] | Any"]
+    fleet: Fleet | None
+    branches: dict[str, Any]
+
+    @property
+    def observers(self) -> Sequence[EventObserver]: ...
+
+    async def authorize(self, invocation: ToolInvocation) -> str | None: ...
+
+    def record(self, signal: Signal) -> None: ...
 
 
 class Branch:
@@ -39,7 +46,7 @@ class Branch:
 
     def __init__(
         self,
-        session: Session | None = None,
+        session: Scope | None = None,
         *,
         fleet: Fleet | None = None,
         id: str | None = None,
@@ -50,8 +57,14 @@ class Branch:
         self.hooks = HookBus()
         # Signals of this branch; also appended to the session's signals when bound.
         self.signals: list[Signal] = []
-        self._history = BranchHistory(self.id)
         self._message_callbacks: list[MessageCallback] = []
+        self._recorder = HistoryRecorder(
+            self.id,
+            hooks=self.hooks,
+            signal=self._signal,
+            observers=lambda: self.session.observers if self.session is not None else (),
+            callbacks=self._message_callbacks,
+        )
         if session is not None:
             session.branches[self.id] = self
 
@@ -66,12 +79,12 @@ class Branch:
     @property
     def messages(self) -> list[Message]:
         """The history: ActionRequest, then its linked ActionResponse, per call, in order."""
-        return self._history.messages
+        return self._recorder.history.messages
 
     @property
     def events(self) -> list[dict[str, Any]]:
         """The logged execution records (one per attempt; ABORTED for calls never run)."""
-        return self._history.events
+        return self._recorder.history.events
 
     def on_message(self, callback: MessageCallback) -> MessageCallback:
         """Call ``callback(message)`` after each message is written; failures are isolated
@@ -104,9 +117,10 @@ class Branch:
         ``return_exceptions`` (exceptions in their slots) and ``output_dropna``.
         """
         batch = Batch(
-            self,
             self.fleet,
             action_request,
+            recorder=self._recorder,
+            authorize=self.authorize,
             strategy=strategy,
             verbose_action=verbose_action,
             suppress_errors=suppress_errors,
@@ -155,14 +169,14 @@ class Branch:
         branch_id: str,
         *,
         fleet: Fleet | None = None,
-        session: Session | None = None,
+        session: Scope | None = None,
     ) -> Branch:
         """A branch with the history and events stored under ``branch_id`` in Redis."""
         branch = cls(session, fleet=fleet, id=branch_id)
         f = branch.fleet
         messages, events = await load_records(f.redis, f.keys, branch_id)
-        branch._history.messages.extend(messages)
-        branch._history.events.extend(events)
+        branch._recorder.history.messages.extend(messages)
+        branch._recorder.history.events.extend(events)
         return branch
 
     @classmethod
@@ -171,84 +185,17 @@ class Branch:
         branch_id: str,
         *,
         fleet: Fleet | None = None,
-        session: Session | None = None,
+        session: Scope | None = None,
         wait_s: float = 300.0,
     ) -> Branch:
         """Complete the open batches of ``branch_id`` whose dispatcher is gone (issue 12):
         wait up to ``wait_s`` for their calls still queued or running, write every missing
         unit in input order (a call never enqueued as ABORTED), then load the branch.
         Recovering twice writes nothing twice."""
-        from dispatcher.recover import recover_branch
-
         await recover_branch(branch_id, fleet or default_fleet(), wait_s=wait_s)
         return await cls.load(branch_id, fleet=fleet, session=session)
-
-    # -- used by the batch -------------------------------------------------------------
 
     def _signal(self, signal: Signal) -> None:
         self.signals.append(signal)
         if self.session is not None:
             self.session.record(signal)
-
-    async def _write_units(
-        self,
-        units: Sequence[Unit],
-        fleet: Fleet,
-        *,
-        progress: tuple[str, int, int] | None = None,
-    ) -> None:
-        """TOOL_POST/TOOL_ERROR, then each unit whole (C5), then observers and callbacks."""
-        for unit in units:
-            if unit.hook_point is None:
-                continue
-            for failure in await self.hooks.emit(unit.hook_point, unit.hook_payload):
-                self._signal(
-                    CallbackFailed(
-                        unit.call_id, str(failure.point), failure.handler, _text(failure.error)
-                    )
-                )
-        attributes = {tracing.ATTR_BRANCH_ID: self.id, "toolfleet.calls": len(units)}
-        with tracing.span("toolfleet.history.write", attributes) as span:
-            failure_text = await self._history.write(
-                fleet.redis,
-                fleet.keys,
-                units,
-                record_ttl_s=fleet.settings.record_ttl_s,
-                progress=progress,
-            )
-            if failure_text is not None and span is not None:
-                tracing.set_call_status(span, EventStatus.FAILED, error=failure_text)
-        if failure_text is not None:
-            unwritten = self._history.durable.unwritten
-            self._signal(
-                HistoryWriteFailed(
-                    units[0].call_id,
-                    self.id,
-                    f"{failure_text}; {unwritten} call(s) kept and retried in order",
-                    unwritten=unwritten,
-                )
-            )
-        observers = self.session.observers if self.session is not None else ()
-        for unit in units:
-            for record in unit.events:
-                for observer in observers:
-                    await self._isolated(observer, record, unit.call_id, "observer")
-            for message in (unit.request, unit.response):
-                for callback in self._message_callbacks:
-                    await self._isolated(callback, message, unit.call_id, "on_message")
-
-    async def _isolated(
-        self, handler: Callable[[Any], Any], arg: Any, call_id: str | None, where: str
-    ) -> None:
-        try:
-            result = handler(arg)
-            if inspect.isawaitable(result):
-                await result
-        except Exception as exc:
-            name = str(getattr(handler, "__qualname__", None) or repr(handler))
-            log.warning("branch %s: %s %s failed: %s", self.id, where, name, _text(exc))
-            self._signal(CallbackFailed(call_id, where, name, _text(exc)))
-
-
-def _text(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"

@@ -28,7 +28,14 @@ from schemas.contract import safe_repr
 from schemas.errors import MalformedRequestError
 from schemas.messages import ActionRequest
 
-__all__ = ["Envelope", "decode_arguments", "normalize", "provider_kind", "tool_calls_in"]
+__all__ = [
+    "Envelope",
+    "decode_arguments",
+    "normalize",
+    "normalize_batch",
+    "provider_kind",
+    "tool_calls_in",
+]
 
 _PREVIEW_CHARS = 80
 # Keys a toolfleet dict envelope may carry besides function and arguments.
@@ -95,6 +102,37 @@ def normalize(request: Any) -> Envelope:
         f"'arguments', or a provider tool call (OpenAI tool_calls entry, Responses "
         f"function_call, Anthropic tool_use), got {type(request).__name__}: {_preview(request)}"
     )
+
+
+def normalize_batch(
+    requests: Any, *, suppress_errors: bool
+) -> list[Envelope | MalformedRequestError]:
+    """Every request of one act() in input order; a malformed one (or a second call with the
+    same tool_call_id) is its MalformedRequestError, or raised when not ``suppress_errors``
+    (before anything in the batch is enqueued)."""
+    if not isinstance(requests, list | tuple):
+        requests = [requests]
+    items: list[Envelope | MalformedRequestError] = []
+    seen: dict[str, int] = {}
+    for index, request in enumerate(requests):
+        try:
+            item = normalize(request)
+            if item.tool_call_id is not None:
+                first = seen.setdefault(item.tool_call_id, index)
+                if first != index:
+                    # One id, one result: the provider could not pair two answers.
+                    duplicate = MalformedRequestError(
+                        f"tool_call_id {item.tool_call_id!r} of call {index} already names "
+                        f"call {first} of this batch; give each call its own id"
+                    )
+                    duplicate.tool_call_id = item.tool_call_id
+                    raise duplicate
+            items.append(item)
+        except MalformedRequestError as exc:
+            if not suppress_errors:
+                raise
+            items.append(exc)
+    return items
 
 
 def provider_kind(data: Mapping[str, Any]) -> str | None:

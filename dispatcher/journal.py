@@ -15,24 +15,23 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
+from dispatcher.durable import DurableLog
 from dispatcher.envelope import Envelope
+from dispatcher.fleet import Fleet
+from dispatcher.signals import HistoryWriteFailed, Signal
 from schemas.errors import MalformedRequestError
 from schemas.function_calling import REDACTED, redact
 from schemas.keys import Keys
 from schemas.serialize import to_jsonable
 from workers.registry import Registry
-
-if TYPE_CHECKING:
-    from dispatcher.act import Batch
-    from dispatcher.fleet import Fleet
 
 __all__ = [
     "JOURNAL_WRITE_TIMEOUT_S",
@@ -161,22 +160,41 @@ def _text(value: bytes | str) -> str:
 
 
 class BatchJournal:
-    """One act() batch's journal: written before it runs, closed once its history is in."""
+    """One act() batch's journal: written before it runs, closed once its history is in.
 
-    def __init__(self, batch: Batch, fleet: Fleet) -> None:
-        self._batch = batch
+    ``durable`` is the branch history's log of unwritten units (drained before closing);
+    ``signal`` receives the HistoryWriteFailed raised when it cannot be drained.
+    """
+
+    def __init__(
+        self,
+        fleet: Fleet,
+        *,
+        batch_id: str,
+        branch_id: str,
+        strategy: str,
+        durable: DurableLog,
+        signal: Callable[[Signal], None],
+    ) -> None:
         self._fleet = fleet
-        self.progress_key = progress_key(fleet.keys, batch.batch_id)
+        self.batch_id = batch_id
+        self.branch_id = branch_id
+        self.strategy = strategy
+        self._durable = durable
+        self._signal = signal
+        self.progress_key = progress_key(fleet.keys, batch_id)
         self._finished = False
 
-    async def start(self, call_ids: Sequence[str]) -> None:
-        batch, fleet = self._batch, self._fleet
+    async def start(
+        self, items: Sequence[Envelope | MalformedRequestError], call_ids: Sequence[str]
+    ) -> None:
+        fleet = self._fleet
         entry = JournalEntry(
-            batch_id=batch.batch_id,
-            branch_id=batch.branch.id,
-            strategy=batch.strategy,
+            batch_id=self.batch_id,
+            branch_id=self.branch_id,
+            strategy=self.strategy,
             dispatcher_id=fleet.collector_id,
-            calls=journal_calls(batch.items, call_ids, fleet.registry),
+            calls=journal_calls(items, call_ids, fleet.registry),
         )
         try:
             await asyncio.wait_for(
@@ -191,30 +209,27 @@ class BatchJournal:
         if self._finished:
             return
         self._finished = True
-        from dispatcher.signals import HistoryWriteFailed
-
-        batch, fleet = self._batch, self._fleet
-        durable = batch.branch._history.durable
+        fleet, durable = self._fleet, self._durable
         error = await durable.drain(
             fleet.redis, fleet.keys, fleet.settings.record_ttl_s, fleet.settings.outage_limit_s
         )
         if error is not None:
             unwritten = durable.unwritten
-            batch.branch._signal(
+            self._signal(
                 HistoryWriteFailed(
                     None,
-                    batch.branch.id,
-                    f"{unwritten} call(s) of batch {batch.batch_id} still not in Redis after "
+                    self.branch_id,
+                    f"{unwritten} call(s) of batch {self.batch_id} still not in Redis after "
                     f"TOOLFLEET_OUTAGE_LIMIT_S={fleet.settings.outage_limit_s:g}s ({error}); "
                     f"the in-memory history has them; run `toolfleet recover "
-                    f"{batch.branch.id}` once Redis is back",
+                    f"{self.branch_id}` once Redis is back",
                     unwritten=unwritten,
                 )
             )
             return
         try:
             await asyncio.wait_for(
-                close_journal(fleet.redis, fleet.keys, batch.batch_id), JOURNAL_WRITE_TIMEOUT_S
+                close_journal(fleet.redis, fleet.keys, self.batch_id), JOURNAL_WRITE_TIMEOUT_S
             )
         except (RedisError, OSError, TimeoutError) as exc:
-            log.warning("batch %s: journal not closed: %r", batch.batch_id, exc)
+            log.warning("batch %s: journal not closed: %r", self.batch_id, exc)

@@ -5,21 +5,19 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from dispatcher.branch import Branch
+from dispatcher.fleet import Fleet
+from dispatcher.recorder import EventObserver
 from dispatcher.signals import Signal
 from schemas.action import ToolInvocation
-
-if TYPE_CHECKING:
-    from dispatcher.branch import Branch
-    from dispatcher.fleet import Fleet
 
 __all__ = ["EventObserver", "Gate", "Session"]
 
 log = logging.getLogger(__name__)
 
 Gate = Callable[[ToolInvocation], "Awaitable[Any] | Any"]
-EventObserver = Callable[[dict[str, Any]], "Awaitable[Any] | Any"]
 
 
 class Session:
@@ -68,10 +66,7 @@ class Session:
 
     def new_branch(self, *, id: str | None = None, fleet: Fleet | None = None) -> Branch:
         """A branch bound to this session (and to ``fleet``, else the session's fleet)."""
-        from dispatcher.branch import Branch
-
-        branch = Branch(self, fleet=fleet, id=id)
-        return branch
+        return Branch(self, fleet=fleet, id=id)
 
     def record(self, signal: Signal) -> None:
         self.signals.append(signal)
