@@ -8,6 +8,9 @@ closed when its loop ends through ``asyncio.run``. Real Redis, real workers.
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 import threading
 from typing import Any
 
@@ -19,7 +22,7 @@ from schemas.errors import MalformedRequestError
 from schemas.keys import Keys
 from schemas.settings import Settings
 from schemas.status import EventStatus
-from tests.fleet import assert_linked_pairs, call
+from tests.fleet import REPO_ROOT, assert_linked_pairs, call
 
 pytestmark = pytest.mark.usefixtures("sync_worker", "async_worker")
 
@@ -170,3 +173,37 @@ def test_a_loop_closed_by_hand_closes_the_fleet_first(fleet_settings: Settings) 
     finally:
         loop.close()
     assert fleet.loops_bound == 0
+
+
+def test_a_loop_closed_by_hand_without_aclose_is_named_and_forgotten(
+    fleet_settings: Settings,
+) -> None:
+    """Break the rule, and the fleet says so when it next binds, forgets that share and works
+    on. In a subprocess: the forgotten share's tasks are destroyed pending, which Python
+    reports on stderr when they are collected (the cost the rule avoids)."""
+    code = """
+import asyncio, logging, sys
+from dispatcher import Branch, Fleet
+from schemas.settings import Settings
+logging.basicConfig(level=logging.WARNING, stream=sys.stdout, format="%(message)s")
+fleet = Fleet(Settings(broker_url=sys.argv[1], tools=("tests.sample_tools",)))
+loop = asyncio.new_event_loop()
+add = {"function": "add", "arguments": {"a": 1, "b": 2}}
+first = loop.run_until_complete(Branch(fleet=fleet).act(add))
+loop.close()
+print("bound after the hand-closed loop:", fleet.loops_bound)
+again = Branch(fleet=fleet).act_sync({"function": "add", "arguments": {"a": 2, "b": 3}})
+print("outputs:", first[0].output, again[0].output, "bound:", fleet.loops_bound)
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", code, fleet_settings.broker_url],
+        cwd=REPO_ROOT,
+        env={k: v for k, v in os.environ.items() if not k.startswith("TOOLFLEET_")},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "bound after the hand-closed loop: 1" in done.stdout
+    assert "closed without 'await fleet.aclose()'" in done.stdout
+    assert "outputs: 3 5 bound: 0" in done.stdout
