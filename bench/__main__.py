@@ -16,7 +16,7 @@ from types import FrameType
 
 import redis
 
-from bench.measure import Result
+from bench.measure import Result, target_lines
 from bench.sizes import FULL, QUICK
 from bench.workloads import MODES, WORKLOADS, Context
 
@@ -29,6 +29,11 @@ def build_parser() -> argparse.ArgumentParser:
         description="Measure in-process vs raw Celery vs toolfleet on the same tools, one run.",
     )
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run")
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="exit 1 when a measured target is missed or a workload failed (issue 16)",
+    )
     parser.add_argument(
         "--only", action="append", choices=sorted(WORKLOADS), metavar="WORKLOAD",
         help=f"run only this workload (repeatable): {', '.join(WORKLOADS)}",
@@ -84,10 +89,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     db = client.connection_pool.connection_kwargs["db"]
     broker_url = f"redis://{args.redis_host}:{args.redis_port}/{db}"
+    missed: list[str] = []
+
+    def emit(result: Result) -> None:
+        print(result.to_json(), flush=True)
+        for line in target_lines(result):
+            print(line, flush=True)
+        missed.extend(f"{t['name']} ({t['value']})" for t in result.targets if not t["met"])
+        if result.error is not None:
+            missed.append(f"{result.workload}/{result.mode} failed: {result.error[:200]}")
+
     ctx = Context(
         broker_url=broker_url,
         sizes=QUICK if args.quick else FULL,
         modes=frozenset(args.mode or MODES),
+        emit=emit,
     )
     print(
         f"bench: {'quick' if args.quick else 'full'} run on {platform.node()} "
@@ -105,6 +121,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         client.flushdb()
         client.close()
+    if args.check and missed:
+        print(f"bench --check: {len(missed)} missed:", file=sys.stderr)
+        for item in missed:
+            print(f"  {item}", file=sys.stderr)
+        return 1
     return 0
 
 

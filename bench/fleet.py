@@ -36,24 +36,36 @@ def unavailable(batched: bool = False) -> str | None:
     return None
 
 
-def worker(broker_url: str, kind: str, concurrency: int, name: str) -> WorkerProcess:
-    """A ``toolfleet worker`` process serving the bench tools, not yet started."""
+def worker(
+    broker_url: str, kind: str, concurrency: int, name: str, *, events: bool = False
+) -> WorkerProcess:
+    """A ``toolfleet worker`` process serving the bench tools, not yet started.
+
+    ``events``: task events always on (``TOOLFLEET_TASK_EVENTS=always``), what a watching
+    monitor's lease turns on; off, the product default with no monitor attached.
+    """
     argv = [
         sys.executable, "-m", "dispatcher.cli", "worker", "--kind", kind,
         "--concurrency", str(concurrency), "--tools", TOOL_MODULE,
         "--hostname", f"{name}@%h", "--loglevel", "INFO",
     ]  # fmt: skip
-    return WorkerProcess(argv, env={"TOOLFLEET_BROKER_URL": broker_url}, name=name)
+    env = {"TOOLFLEET_BROKER_URL": broker_url}
+    env["TOOLFLEET_TASK_EVENTS"] = "always" if events else "monitor"
+    return WorkerProcess(argv, env=env, name=name)
 
 
 class FleetClient:
     """A dispatcher on its own event loop: ``Branch.act`` batches timed from the caller's side."""
 
-    def __init__(self, broker_url: str, *, batched: bool = False) -> None:
+    def __init__(self, broker_url: str, *, batched: bool = False, events: bool = False) -> None:
         from dispatcher.fleet import Fleet
         from schemas.settings import Settings
 
-        settings = Settings(broker_url=broker_url, tools=(TOOL_MODULE,))
+        settings = Settings(
+            broker_url=broker_url,
+            tools=(TOOL_MODULE,),
+            task_events="always" if events else "monitor",
+        )
         self.batched = batched
         self.fleet = Fleet(settings)
         self.loop = asyncio.new_event_loop()

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Result", "Stopwatch", "percentile"]
+__all__ = ["Result", "Stopwatch", "percentile", "target_lines"]
 
 
 def percentile(values: Sequence[float], pct: float) -> float:
@@ -38,7 +38,7 @@ class Stopwatch:
 
 @dataclass
 class Result:
-    """One (workload, mode) measurement. ``ratios`` and ``target`` are filled by the report."""
+    """One (workload, mode) measurement. ``ratios`` and ``targets`` are filled by the report."""
 
     workload: str
     mode: str
@@ -47,7 +47,8 @@ class Result:
     variant: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
     ratios: dict[str, float] = field(default_factory=dict)
-    target: dict[str, Any] | None = None
+    # Issue 16's targets this line carries: {"name", "value" (the ratio or figure), "met"}.
+    targets: list[dict[str, Any]] = field(default_factory=list)
     skipped: str | None = None
     error: str | None = None
 
@@ -82,11 +83,24 @@ class Result:
         )
         line.update({k: _round(v) for k, v in self.extra.items()})
         line["ratios"] = {k: round(v, 3) for k, v in self.ratios.items()}
-        if self.target is not None:
-            line["target"] = self.target
-            line["target_met"] = self.target["met"]
+        if self.targets:
+            line["targets"] = self.targets
+            line["target_met"] = all(t["met"] for t in self.targets)
         return json.dumps(line)
 
 
 def _round(value: Any) -> Any:
     return round(value, 4) if isinstance(value, float) else value
+
+
+def target_lines(result: Result) -> list[str]:
+    """One JSON line per target a result carries: what ``--check`` and the README read."""
+    lines = []
+    for t in result.targets:
+        line: dict[str, Any] = {"target": t["name"], "workload": result.workload}
+        line["mode"] = result.mode
+        if result.variant:
+            line["variant"] = result.variant
+        line.update(ratio=t["value"], target_met=t["met"])
+        lines.append(json.dumps(line))
+    return lines
