@@ -1,0 +1,156 @@
+"""``python -m bench.chaos``: longer chaos runs than the suite's ``-m chaos`` tests (issue 12).
+
+The same faults with more calls and more kills: async and sync worker SIGKILL storms and
+repeated broker crash+restarts, each on a redis-server of its own with real workers. One JSON
+line per run, counted exactly as the chaos tests count (``tests.chaos_support.judge``): lost,
+finished-and-re-run, non-idempotent calls run twice, calls without one linked pair in Redis,
+plus how long ``act()`` took. Not part of the test run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from schemas.settings import Settings
+from tests.chaos_support import (
+    CHAOS_TOOLS,
+    ChaosBroker,
+    Ledger,
+    act_through,
+    chaos_calls,
+    judge,
+    stored_branch,
+    until,
+)
+from tests.fleet import WorkerProcess, start_worker
+
+__all__ = ["main"]
+
+ENV = {"TOOLFLEET_VISIBILITY_TIMEOUT_S": "4", "TOOLFLEET_OUTAGE_LIMIT_S": "60"}
+
+
+def _start(kind: str, broker: ChaosBroker, concurrency: int) -> WorkerProcess:
+    return start_worker(
+        kind, redis_url=broker.url, tools=CHAOS_TOOLS, concurrency=concurrency, env=ENV
+    )
+
+
+def _line(name: str, faults: int, elapsed_s: float, verdict: Any) -> dict[str, Any]:
+    return {"chaos": name, "faults": faults, "elapsed_s": round(elapsed_s, 1), **verdict.summary()}
+
+
+def _run(
+    name: str,
+    broker: ChaosBroker,
+    pool: list[WorkerProcess],
+    requests: list[dict[str, Any]],
+    ledger: Ledger,
+    fault: Callable[[int], Any],
+    faults: int,
+) -> dict[str, Any]:
+    """Act on ``requests`` and call ``fault(k)`` each time another 1/(faults+1) finished."""
+    settings = Settings(broker_url=broker.url, tools=CHAOS_TOOLS, reconcile_grace_s=2.0)
+
+    async def chaos(branch: Any, task: asyncio.Future[Any]) -> None:
+        for k in range(1, faults + 1):
+            share = k * len(requests) // (faults + 1)
+
+            def reached(share: int = share) -> bool:
+                return ledger.count("E") >= share
+
+            await until(reached, task, f"{k}/{faults + 1} of the calls", 600)
+            await fault(k)
+
+    try:
+        branch_id, results, elapsed_s = asyncio.run(
+            act_through(settings, requests, chaos, limit_s=1800)
+        )
+        stored = asyncio.run(stored_branch(settings, branch_id))
+    finally:
+        for worker in pool:
+            worker.stop(timeout_s=5)
+        broker.kill()
+    verdict = judge(requests, results, stored, ledger)
+    return _line(name, faults, elapsed_s, verdict)
+
+
+def worker_storm(kind: str, calls: int, kills: int, seed: int) -> dict[str, Any]:
+    rng = random.Random(seed)
+    broker = ChaosBroker(persist=False)
+    broker.start()
+    concurrency = 50 if kind == "async" else 4
+    pool = [_start(kind, broker, concurrency) for _ in range(2)]
+    ledger = Ledger(Path(tempfile.mkdtemp(prefix="toolfleet-chaos-")))
+    functions = (f"chaos_{kind}", f"chaos_{kind}_once")
+    requests = chaos_calls(ledger, functions, calls, lambda _: rng.uniform(0.2, 1.0))
+
+    async def kill(_k: int) -> None:
+        victim = pool.pop(rng.randrange(len(pool)))
+        victim.kill()
+        victim.stop(timeout_s=1)
+        pool.append(await asyncio.to_thread(_start, kind, broker, concurrency))
+
+    return _run(f"{kind}-sigkill-storm", broker, pool, requests, ledger, kill, kills)
+
+
+def broker_restarts(calls: int, restarts: int, seed: int) -> dict[str, Any]:
+    rng = random.Random(seed)
+    broker = ChaosBroker(persist=True)
+    broker.start()
+    pool = [_start("sync", broker, 4), _start("async", broker, 50)]
+    ledger = Ledger(Path(tempfile.mkdtemp(prefix="toolfleet-chaos-")))
+    functions = ("chaos_sync", "chaos_async", "chaos_sync_once", "chaos_async_once")
+    requests = chaos_calls(ledger, functions, calls, lambda _: rng.uniform(0.1, 0.5))
+
+    async def restart(_k: int) -> None:
+        await asyncio.to_thread(broker.kill)
+        await asyncio.sleep(1.0)
+        await asyncio.to_thread(broker.start)
+
+    return _run("broker-restarts", broker, pool, requests, ledger, restart, restarts)
+
+
+RUNS = ("async-storm", "sync-storm", "broker-restarts")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.chaos", description=__doc__)
+    parser.add_argument("--only", action="append", choices=RUNS, help="repeatable")
+    parser.add_argument("--async-calls", type=int, default=2000)
+    parser.add_argument("--sync-calls", type=int, default=300)
+    parser.add_argument("--restart-calls", type=int, default=600)
+    parser.add_argument("--kills", type=int, default=10, help="kills per storm")
+    parser.add_argument("--restarts", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=12)
+    args = parser.parse_args(argv)
+    started = time.monotonic()
+    clean = True
+    for name in args.only or RUNS:
+        if name == "async-storm":
+            line = worker_storm("async", args.async_calls, args.kills, args.seed)
+        elif name == "sync-storm":
+            line = worker_storm("sync", args.sync_calls, args.kills, args.seed)
+        else:
+            line = broker_restarts(args.restart_calls, args.restarts, args.seed)
+        clean = clean and not any(line[k] for k in ("lost", "finished_rerun", "unpaired"))
+        clean = clean and not line["rerun_not_idempotent"]
+        print(json.dumps(line), flush=True)
+    print(
+        json.dumps(
+            {"chaos": "total", "clean": clean, "wall_s": round(time.monotonic() - started, 1)}
+        )
+    )
+    return 0 if clean else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
