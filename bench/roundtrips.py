@@ -144,14 +144,17 @@ def celery_line(calls: int, workers: int, profile: str | None = None) -> Result:
     return _line("celery", variant, calls, per_call, wall_s)
 
 
-def fleet_line(calls: int, workers: int) -> Result:
-    """toolfleet ``await branch.act(one)`` one at a time, on its own server."""
+def fleet_line(calls: int, workers: int, *, events: bool = False) -> Result:
+    """toolfleet ``await branch.act(one)`` one at a time, on its own server.
+
+    ``events``: task events on (``TOOLFLEET_TASK_EVENTS=always``), as while a monitor watches.
+    """
     args = [{"value": i} for i in range(calls)]
     with _server() as (server, client):
-        with fleet.worker(server.url, "sync", workers, "bench-fleet-roundtrips"):
-            with fleet.FleetClient(server.url) as fc:
+        with fleet.worker(server.url, "sync", workers, "bench-fleet-roundtrips", events=events):
+            with fleet.FleetClient(server.url, events=events) as fc:
                 fc.run_sequential("echo", args[:WARMUP_CALLS], 60)
                 per_call, wall_s = measure_commands(
                     client, lambda: fc.run_sequential("echo", args, 60), calls
                 )
-    return _line("toolfleet", "", calls, per_call, wall_s)
+    return _line("toolfleet", "monitored" if events else "", calls, per_call, wall_s)

@@ -402,6 +402,7 @@ def roundtrips_(ctx: Context) -> list[Result]:
             results.append(_skipped("roundtrips", "toolfleet", reason))
         else:
             runs.append(("toolfleet", lambda: roundtrips.fleet_line(n, c)))
+            runs.append(("toolfleet", lambda: roundtrips.fleet_line(n, c, events=True)))
     for mode, run in runs:
         try:
             results.append(run())
