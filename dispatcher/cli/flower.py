@@ -9,17 +9,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from celery import states
-from celery.events.state import Task
-
 from dispatcher.cli.broker_probe import check_reachable
 from dispatcher.cli.embedded import live_fleets, run_dir
+from dispatcher.cli.flower_internals import FlowerServer, ToolTask, track_calls
 from schemas.errors import ConfigurationError
 from schemas.settings import ENV_PREFIX, Settings
 
@@ -37,24 +34,6 @@ STATE_FILE_NAME = "flower-state.db"
 # Flower saves its state on shutdown; a periodic save bounds what a crash (SIGKILL) loses.
 _STATE_SAVE_INTERVAL_MS = 60_000
 _LOOPBACK = {"127.0.0.1", "::1", "localhost"}
-# dispatcher.enqueue shows a call as repr(({'call_id': ..., 'branch_id': ..., 'function': ...},)).
-_FUNCTION_IN_ARGSREPR = re.compile(r"'function': '([^'\\]+)'")
-
-
-class ToolTask(Task):
-    """Flower's record of one call; a late ``task-sent`` cannot rename it.
-
-    The dispatcher's task-sent event and the worker's task-received event travel on different
-    connections, so the received one can arrive first. Celery then merges every field of the
-    logically earlier sent event, including its name, the real task name
-    ``toolfleet.execute``, over the tool name the worker announced. Module level, so Flower's
-    persistent state can pickle it.
-    """
-
-    merge_rules = {
-        **Task.merge_rules,
-        states.PENDING: ("args", "kwargs", "retries", "eta", "expires", "root_id", "parent_id"),
-    }
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
@@ -214,59 +193,27 @@ def _serve(
 ) -> None:
     """What ``celery flower`` does, with our app object instead of one found by ``-A``;
     returns on SIGTERM, SIGINT or (for an embedded fleet) when that fleet's toolfleet ends."""
-    import signal
-
-    from flower import command as flower_command
-    from flower.app import Flower
-    from flower.urls import settings as flower_settings
-    from tornado.ioloop import PeriodicCallback
-    from tornado.options import options
-
-    # Environment first, then our explicit options, so the command line wins.
-    flower_command.apply_env_options()
-    flower_command.apply_options("toolfleet flower", argv)
-    flower_command.extract_settings()
-    flower_command.setup_logging()
-
-    # Flower's result and control handlers build AsyncResult(task_id) on the current app.
-    celery_app.set_current()
-    celery_app.set_default()
-    flower_app = Flower(capp=celery_app, options=options, **flower_settings)
-    track_calls(flower_app.events.state)
-    # SIGTERM/SIGINT → SystemExit → stop(), which saves the persistent state.
-    signal.signal(signal.SIGTERM, flower_command.sigterm_handler)
-    signal.signal(signal.SIGINT, flower_command.sigterm_handler)
+    server = FlowerServer(celery_app, argv)
     try:
-        bound_port = flower_app.start_http_server()
+        bound_port = server.listen()
     except OSError as exc:
         raise ConfigurationError(
             f"--port {port} on {address} cannot be used ({exc.strerror or exc}); pass a free "
             "--port, or stop what listens there"
         ) from None
     if fleet_pid is not None:
-        _stop_with_fleet(flower_app, fleet_pid, settings, PeriodicCallback)
+        _stop_with_fleet(server, fleet_pid, settings)
+    options = server.options
     print(
         f"toolfleet flower: listening on http://{options.address}:{bound_port}/ "
         f"(state: {options.db if options.persistent else 'not persisted'})",
         file=sys.stderr,
         flush=True,
     )
-    if options.enable_events:
-        # Flower's own enable_events timer first fires after 5 s; ask at once, so the
-        # workers' task events (off until a monitor asks, workers.monitor) flow from the
-        # start. Run on the loop, after Flower's event receiver has started listening.
-        flower_app.io_loop.add_callback(flower_app.events.on_enable_events)
-    try:
-        flower_app.start()
-    except (KeyboardInterrupt, SystemExit):
-        pass
-    finally:
-        flower_app.stop()
+    server.run()
 
 
-def _stop_with_fleet(
-    flower_app: Any, fleet_pid: int, settings: Settings | None, periodic: Any
-) -> None:
+def _stop_with_fleet(server: FlowerServer, fleet_pid: int, settings: Settings | None) -> None:
     """Stop Flower's loop once the embedded fleet it watches has stopped (its toolfleet
     removes the fleet's broker_url as it stops, or is gone)."""
 
@@ -277,38 +224,9 @@ def _stop_with_fleet(
                 file=sys.stderr,
                 flush=True,
             )
-            flower_app.io_loop.stop()
+            server.stop_loop()
 
-    periodic(check, 500).start()
-
-
-def track_calls(state: Any) -> None:
-    """Adapt Flower's event state to calls: named ``tool:<function>``, runtime on failures too.
-
-    Celery puts the real task name in task-sent events (the worker's events carry the shadow
-    name), so a call still queued would show as ``toolfleet.execute`` and be counted under that
-    name in ``/metrics``; its function is read back from the redacted argsrepr instead. Celery's
-    task-failed event has no runtime, so a failed call's runtime is its started-to-failed time
-    (both stamped by the worker); the Prometheus runtime histogram stays successes-only.
-    """
-    from workers.app import EXECUTE_TASK
-
-    state.Task = ToolTask
-    apply_event = state.event
-
-    def event(event: dict[str, Any]) -> Any:
-        if event.get("type") == "task-sent" and event.get("name") == EXECUTE_TASK:
-            match = _FUNCTION_IN_ARGSREPR.search(str(event.get("args") or ""))
-            if match is not None:
-                event = {**event, "name": f"tool:{match[1]}"}
-        applied = apply_event(event)
-        if event.get("type") == "task-failed":
-            task = state.tasks.get(event.get("uuid"))
-            if task is not None and task.runtime is None and task.started and task.failed:
-                task.runtime = max(0.0, task.failed - task.started)
-        return applied
-
-    state.event = event
+    server.every(500, check)
 
 
 def _celery_app(settings: Settings, broker_url: str) -> Any:
