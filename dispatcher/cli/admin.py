@@ -251,13 +251,49 @@ def load_history(settings: Settings, branch_id: str) -> tuple[list[Any], list[di
     return asyncio.run(load())
 
 
+def _find_history(branch_id: str) -> tuple[list[Any], list[dict[str, Any]], list[str]]:
+    """The branch's messages and events from the first store that has them, and every store
+    looked in: TOOLFLEET_BROKER_URL, else each embedded fleet running now and each one's
+    saved data (embedded runs at the same time keep theirs apart, issue 13 item 5)."""
+    from dispatcher.cli.embedded import EmbeddedRedis, live_fleets, run_dir, saved_data_dirs
+
+    settings = Settings.from_env()
+    if settings.broker_url:
+        messages, events = load_history(settings, branch_id)
+        return messages, events, [ENV_PREFIX + "BROKER_URL"]
+    looked: list[str] = []
+    for pid, url in live_fleets(settings):
+        looked.append(f"the embedded fleet of pid {pid}")
+        messages, events = load_history(settings.model_copy(update={"broker_url": url}), branch_id)
+        if messages or events:
+            return messages, events, looked
+    reader_dir = run_dir(settings) / "run" / f"reader-{os.getpid()}"
+    for data_dir in saved_data_dirs(settings):
+        saved = EmbeddedRedis(
+            run_dir=reader_dir, data_dir=data_dir, save_on_stop=False, spill_over=False
+        )
+        try:
+            url = saved.start()
+            if not saved.persistent:
+                continue  # held by a fleet running now, which was read above
+            looked.append(f"saved data in {data_dir}")
+            found = settings.model_copy(update={"broker_url": url})
+            messages, events = load_history(found, branch_id)
+        finally:
+            saved.stop()
+            shutil.rmtree(reader_dir, ignore_errors=True)
+        if messages or events:
+            return messages, events, looked
+    return [], [], looked or [f"saved data in {run_dir(settings) / 'embedded'} (none yet)"]
+
+
 def _history(args: argparse.Namespace) -> int:
-    with _fleet_settings(start_saved=True) as (settings, source):
-        messages, events = load_history(settings, args.branch_id)
+    messages, events, looked = _find_history(args.branch_id)
     if not messages and not events:
         print(
             f"toolfleet history: no history stored for branch {args.branch_id!r} (looked in "
-            f"{source}); check the id printed by `toolfleet run`, and {ENV_PREFIX}BROKER_URL",
+            f"{', '.join(looked)}); check the id printed by `toolfleet run`, and "
+            f"{ENV_PREFIX}BROKER_URL",
             file=sys.stderr,
         )
         return EXIT_NOT_FOUND

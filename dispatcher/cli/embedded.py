@@ -8,7 +8,8 @@ code path is the one an external fleet runs.
 
 The embedded Redis keeps its data in ``~/.toolfleet/embedded/dump.rdb`` (saved on a clean
 stop, loaded at the next start), so ``toolfleet history`` can read a branch that an earlier
-embedded ``run`` or ``demo`` wrote.
+embedded ``run`` or ``demo`` wrote. A run started while another holds that data keeps its own
+in ``~/.toolfleet/embedded/slots/<n>``; ``toolfleet history`` reads every one.
 """
 
 from __future__ import annotations
@@ -46,11 +47,14 @@ __all__ = [
     "resolve_fleet",
     "run_dir",
     "running_broker_url",
+    "saved_data_dirs",
 ]
 
 BROKER_ENV = ENV_PREFIX + "BROKER_URL"
 _PR_SET_PDEATHSIG = 1
 _POLL_S = 0.02
+# Saved-data slots for embedded runs at the same time, beyond the first.
+_MAX_SLOTS = 32
 # sun_path is 108 bytes on Linux, including the terminating NUL.
 _MAX_SOCKET_PATH_BYTES = 104
 
@@ -192,6 +196,9 @@ class EmbeddedRedis:
     ready_timeout_s: float = 10.0
     # False for a reader (``toolfleet history``) that must not rewrite the saved data.
     save_on_stop: bool = True
+    # When ``data_dir`` is held by another toolfleet, use a free slot under it (a fleet);
+    # False for a reader, which wants exactly ``data_dir``.
+    spill_over: bool = True
     url: str = ""
     persistent: bool = False
     _proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
@@ -256,18 +263,24 @@ class EmbeddedRedis:
         )
 
     def _claim_data_dir(self) -> Path:
-        if self.data_dir is not None:
-            self.data_dir.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.data_dir / "lock", os.O_RDWR | os.O_CREAT, 0o600)
+        if self.data_dir is None:
+            return self.run_dir
+        candidates = [self.data_dir]
+        if self.spill_over:
+            # Issue 13 item 5: a second embedded run at the same time keeps its history in a
+            # slot of its own (``toolfleet history`` reads every slot), not in its run dir.
+            candidates += [self.data_dir / "slots" / str(n) for n in range(1, _MAX_SLOTS + 1)]
+        for candidate in candidates:
+            candidate.mkdir(parents=True, exist_ok=True)
+            fd = os.open(candidate / "lock", os.O_RDWR | os.O_CREAT, 0o600)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
-                # Another embedded toolfleet owns the saved data; this run gets its own.
-                os.close(fd)
-            else:
-                self._lock_fd = fd
-                self.persistent = True
-                return self.data_dir
+                os.close(fd)  # another embedded toolfleet holds this one
+                continue
+            self._lock_fd = fd
+            self.persistent = True
+            return candidate
         return self.run_dir
 
     def _wait_ready(self, url: str) -> str:
@@ -313,6 +326,18 @@ class EmbeddedRedis:
         if self._log is not None:
             self._log.close()
             self._log = None
+
+
+def saved_data_dirs(settings: Settings | None = None) -> list[Path]:
+    """Every directory holding an embedded fleet's saved data: the first, then the slots
+    of runs that overlapped it."""
+    home = run_dir(settings) / "embedded"
+    slots = home / "slots"
+    extra = sorted(
+        (p for p in slots.iterdir() if p.name.isdigit()) if slots.is_dir() else (),
+        key=lambda p: int(p.name),
+    )
+    return [home, *extra] if home.is_dir() else extra
 
 
 def redis_py_url(url: str) -> str:
