@@ -55,11 +55,12 @@ class BatchStore:
             return
         keys, ttl_s, client = self.store.keys, self.store.record_ttl_s, self.store.client
         markers: list[StartedMarker | None] = []
+        nx_get = await self.store.nx_get()
         async with client.pipeline(transaction=False) as pipe:
             for m in messages:
                 if m.function in registry:
                     marker = StartedMarker.now(self.hostname, m.attempt)
-                    queue_begin(pipe, keys, m.call_id, marker, ttl_s)
+                    queue_begin(pipe, keys, m.call_id, marker, ttl_s, nx_get=nx_get)
                     markers.append(marker)
                 else:
                     pipe.get(keys.event(m.call_id))

