@@ -5,12 +5,14 @@ workers/celery_internals.py (and nothing else) to match the installed Celery."""
 from __future__ import annotations
 
 import inspect
+from typing import Any
 
 import billiard.einfo
 import celery
 from billiard.exceptions import Terminated
 from celery.app import amqp, trace
 from celery.backends.base import BaseBackend
+from celery.concurrency.base import BasePool
 from celery.events.dispatcher import EventDispatcher
 from celery.worker import components, control, request, state
 from kombu.asynchronous.timer import Timer
@@ -24,6 +26,7 @@ from workers.celery_internals import (
     PoolRequest,
     RevokedIds,
     cancelled_info,
+    consumed_queues,
     exception_info,
     install_enable_events,
 )
@@ -143,6 +146,34 @@ def test_the_backend_and_the_revoked_set_are_as_used() -> None:
         assert "other-task-id" not in RevokedIds()
     finally:
         state.revoked.discard("revoked-task-id")
+
+
+def test_the_worker_exposes_its_queues_and_revoked_requests_as_used(redis_url: str) -> None:
+    app = create_app(Settings(broker_url=redis_url))
+    try:
+        queues: Any = app.amqp.queues
+        assert hasattr(queues, "consume_from"), changed("app.amqp.queues has no consume_from")
+        assert set(consumed_queues(app)) == {"toolfleet.sync", "toolfleet.async"}
+        queues.select(["toolfleet.async"])  # what the worker's -Q does
+        assert consumed_queues(app) == ["toolfleet.async"], changed(
+            "app.amqp.queues.select no longer narrows consume_from"
+        )
+    finally:
+        app.close()
+    args_property = getattr(request.Request, "args", None)
+    assert isinstance(args_property, property), changed("Request.args is not a property")
+    assert isinstance(getattr(request.Request, "hostname", None), property), changed(
+        "Request.hostname is not a property"
+    )
+
+
+def test_a_pool_implements_celerys_pool_interface() -> None:
+    for name in ("on_apply", "on_start", "on_stop", "on_terminate", "terminate_job", "_get_info"):
+        assert callable(getattr(BasePool, name, None)), changed(f"BasePool has no {name}()")
+    names = parameters(BasePool.on_apply)
+    assert "apply_async" in dir(BasePool) and "limit" in parameters(BasePool.__init__), changed(
+        f"BasePool's interface changed (on_apply takes {names})"
+    )
 
 
 def test_a_task_can_send_its_own_revoked_event() -> None:

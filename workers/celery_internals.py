@@ -28,6 +28,7 @@ __all__ = [
     "PoolRequest",
     "RevokedIds",
     "cancelled_info",
+    "consumed_queues",
     "every",
     "exception_info",
     "install_enable_events",
@@ -35,6 +36,7 @@ __all__ = [
     "pool_app_and_hostname",
     "report_failure",
     "report_success",
+    "revoked_message",
     "shadow_named_amqp",
     "store_failure",
     "store_success",
@@ -121,6 +123,32 @@ def every(consumer: Any, interval_s: float, function: Callable[[], None]) -> Non
     Internal: ``Consumer.timer`` (a kombu Timer) and its ``call_repeatedly``.
     """
     consumer.timer.call_repeatedly(interval_s, function)
+
+
+# -- the worker ---------------------------------------------------------------------------------
+
+
+def consumed_queues(app: Celery) -> list[str]:
+    """The names of the queues this worker consumes (``-Q``), else every queue of the app.
+
+    Internal: ``app.amqp.queues`` (kombu's Queues mapping) and its ``consume_from``, which the
+    worker sets from ``-Q``.
+    """
+    queues: Any = app.amqp.queues
+    return [str(name) for name in (queues.consume_from or queues)]
+
+
+def revoked_message(request: Any) -> tuple[Any, str | None]:
+    """The first argument (the CallMessage dict) and worker hostname of a revoked request;
+    ``(None, None)`` when it has no arguments.
+
+    Internal: ``task_revoked``'s ``request`` is the worker's ``celery.worker.request.Request``
+    (not a task's ``Context``), whose ``args`` are the decoded positional arguments.
+    """
+    args = getattr(request, "args", None) or ()
+    if not args:
+        return None, None
+    return args[0], getattr(request, "hostname", None)
 
 
 # -- toolfleet.execute ending CANCELLED -------------------------------------------------------

@@ -19,7 +19,7 @@ from schemas.errors import ToolTimeoutError
 from schemas.status import EventStatus
 from schemas.tasks import EXECUTE_TASK
 from workers.app_signals import connect as connect_signal
-from workers.celery_internals import mark_revoked
+from workers.celery_internals import mark_revoked, revoked_message
 from workers.failure import rebuild_error, record_if_absent
 from workers.runtime import runtime_for
 from workers.task import Outcome, execute_async
@@ -79,11 +79,10 @@ def register_execute_task(app: Celery) -> Task:
         # record it CANCELLED so its collector is not left waiting.
         if not is_ours(sender):
             return
-        args = getattr(request, "args", None) or ()
-        if args:
+        message, hostname = revoked_message(request)
+        if message is not None:
             exc = asyncio.CancelledError("the call was revoked")
-            hostname = getattr(request, "hostname", None)
-            record_if_absent(runtime_for(app), args[0], exc, EventStatus.CANCELLED, hostname)
+            record_if_absent(runtime_for(app), message, exc, EventStatus.CANCELLED, hostname)
 
     def record_hard_timeout(
         sender: Any = None, exception: Any = None, args: Any = None, **_: Any

@@ -21,6 +21,7 @@ from celery import Celery, signals
 from schemas.keys import Keys
 from workers.app_info import redis_url_of, settings_of
 from workers.app_signals import connect as connect_signal
+from workers.celery_internals import consumed_queues
 
 __all__ = ["PRESENCE_INTERVAL_S", "PRESENCE_STALE_S", "Presence", "live_since", "register_presence"]
 
@@ -89,15 +90,13 @@ class Presence:
 def register_presence(app: Celery) -> None:
     """Beat the worker's queues into Redis from ``worker_ready`` to ``worker_shutdown``."""
     running: list[Presence] = []
-    celery_app: Any = app  # not narrowed by the sender check below
 
     def start(sender: Any = None, **_: Any) -> None:
-        queues = celery_app.amqp.queues.consume_from or celery_app.amqp.queues
         presence = Presence(
             redis.Redis.from_url(redis_url_of(app), socket_timeout=5),
             Keys(settings_of(app).key_prefix),
             str(getattr(sender, "hostname", None) or "unknown"),
-            [str(name) for name in queues],
+            consumed_queues(app),
         )
         presence.start()
         running.append(presence)
