@@ -57,7 +57,9 @@ def worker(
 class FleetClient:
     """A dispatcher on its own event loop: ``Branch.act`` batches timed from the caller's side."""
 
-    def __init__(self, broker_url: str, *, batched: bool = False, events: bool = False) -> None:
+    def __init__(
+        self, broker_url: str, *, batched: bool = False, events: bool = False, auto: bool = False
+    ) -> None:
         from dispatcher.fleet import Fleet
         from schemas.settings import Settings
 
@@ -67,6 +69,8 @@ class FleetClient:
             task_events="always" if events else "monitor",
         )
         self.batched = batched
+        # CallParams(batch_size="auto") with the default window: the dispatcher decides.
+        self.auto = auto
         self.fleet = Fleet(settings)
         self.loop = asyncio.new_event_loop()
 
@@ -111,9 +115,8 @@ class FleetClient:
 
         branch = Branch(fleet=self.fleet)
         requests = [{"function": function, "arguments": a} for a in arguments]
-        params = CallParams(
-            max_concurrent=max_concurrent, batch_size=BATCH_SIZE if self.batched else None
-        )
+        size = "auto" if self.auto else BATCH_SIZE if self.batched else None
+        params = CallParams(max_concurrent=max_concurrent, batch_size=size)
         start = time.perf_counter()
         act = asyncio.ensure_future(branch.act(requests, call_params=params))
         done, _ = await asyncio.wait({act}, timeout=timeout_s)

@@ -18,7 +18,7 @@ from bench.sizes import Sizes
 
 __all__ = ["MODES", "WORKLOADS", "Context"]
 
-MODES = ("inprocess", "celery", "toolfleet", "toolfleet-batched", "lionagi")
+MODES = ("inprocess", "celery", "toolfleet", "toolfleet-batched", "toolfleet-auto", "lionagi")
 # A batch that has not finished by then is reported as an error line, and the run goes on.
 BATCH_TIMEOUT_S = 300.0
 # The variant of raw Celery with toolfleet's reliability and Flower settings (acks_late,
@@ -41,7 +41,7 @@ class Context:
 
     def fleet_skip(self, mode: str) -> str | None:
         """Why a toolfleet mode cannot run here, or None."""
-        return fleet.unavailable(batched=mode == "toolfleet-batched")
+        return fleet.unavailable(batched=mode in ("toolfleet-batched", "toolfleet-auto"))
 
 
 def _args_echo(n: int) -> list[dict[str, object]]:
@@ -105,8 +105,10 @@ def _fleet_batch(
     name = f"bench-fleet-{workload}-{mode}-{concurrency}"
     try:
         with fleet.worker(ctx.broker_url, kind, concurrency, name, events=events):
-            batched = mode == "toolfleet-batched"
-            with fleet.FleetClient(ctx.broker_url, batched=batched, events=events) as client:
+            batched, auto = mode == "toolfleet-batched", mode == "toolfleet-auto"
+            with fleet.FleetClient(
+                ctx.broker_url, batched=batched, events=events, auto=auto
+            ) as client:
                 wall_s = client.run_batch(function, args, BATCH_TIMEOUT_S)
     except Exception as exc:
         return Result(workload, mode, len(args), 0.0, variant, extra, error=_text(exc))
@@ -152,7 +154,7 @@ def echo(ctx: Context) -> list[Result]:
         results.append(
             _celery_batch(ctx, "echo", ECHO, args, "prefork", c, SAME_SETTINGS, profile="toolfleet")
         )
-    for mode in ("toolfleet", "toolfleet-batched"):
+    for mode in ("toolfleet", "toolfleet-batched", "toolfleet-auto"):
         if ctx.wants(mode):
             results.append(_fleet_batch(ctx, "echo", mode, "echo", args, "sync", c))
     if ctx.wants("toolfleet"):
@@ -295,18 +297,20 @@ def latency(ctx: Context) -> list[Result]:
             raw.run_sequential(ECHO, args[:5], BATCH_TIMEOUT_S)  # warm the connections
             runs["celery"] = raw.run_sequential(ECHO, args, BATCH_TIMEOUT_S)
             raw.close()
-    if ctx.wants("toolfleet"):
-        reason = ctx.fleet_skip("toolfleet")
+    for mode in ("toolfleet", "toolfleet-auto"):
+        if not ctx.wants(mode):
+            continue
+        reason = ctx.fleet_skip(mode)
         if reason:
-            results.append(_skipped("latency", "toolfleet", reason))
-        else:
-            try:
-                with fleet.worker(ctx.broker_url, "sync", c, "bench-fleet-latency"):
-                    with fleet.FleetClient(ctx.broker_url) as client:
-                        client.run_sequential("echo", args[:5], BATCH_TIMEOUT_S)
-                        runs["toolfleet"] = client.run_sequential("echo", args, BATCH_TIMEOUT_S)
-            except Exception as exc:
-                results.append(Result("latency", "toolfleet", n, 0.0, error=_text(exc)))
+            results.append(_skipped("latency", mode, reason))
+            continue
+        try:
+            with fleet.worker(ctx.broker_url, "sync", c, "bench-fleet-latency"):
+                with fleet.FleetClient(ctx.broker_url, auto=mode == "toolfleet-auto") as client:
+                    client.run_sequential("echo", args[:5], BATCH_TIMEOUT_S)
+                    runs[mode] = client.run_sequential("echo", args, BATCH_TIMEOUT_S)
+        except Exception as exc:
+            results.append(Result("latency", mode, n, 0.0, error=_text(exc)))
     for mode, lat in runs.items():
         extra = {"p50_ms": 1000 * percentile(lat, 50), "p99_ms": 1000 * percentile(lat, 99)}
         results.append(Result("latency", mode, n, sum(lat), extra=extra))

@@ -1,27 +1,72 @@
-"""Coalesces the calls that become ready in one loop tick into chunked publishes."""
+"""Coalesces the calls that become ready in one loop tick into chunked publishes.
+
+With ``CallParams(batch_size="auto")`` the same tick decides how to send them
+(:func:`auto_plan`): a tool with few calls ready (a lone call, a trickle) gets one message per
+call, so its latency is a single message's; a tool with a flood ready gets
+``toolfleet.execute_many`` messages, several of them so every worker process gets a share.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
+from collections.abc import Sequence
+from typing import Literal
 
 from dispatcher.fleet import Fleet
 from schemas import tracing
 from schemas.tool import Tool
 from schemas.wire import CallMessage
 
-__all__ = ["CHUNK_SIZE", "Publisher"]
+__all__ = ["AUTO_MAX_BATCH", "AUTO_MIN_CALLS", "CHUNK_SIZE", "Publisher", "auto_plan"]
 
 # Messages per hop to the publishing thread: large enough that a 10,000-call batch costs
 # a handful of hops, small enough that the first calls start without waiting for the rest.
 CHUNK_SIZE = 500
+# batch_size="auto": a tool with at least this many calls ready in one tick is a flood and is
+# batched; fewer go one per message (the batch would save little and delay nobody).
+AUTO_MIN_CALLS = 8
+# ... in at least AUTO_SPREAD messages (so several worker processes share a flood) of at most
+# AUTO_MAX_BATCH calls (the batched bench's size: past it a message gains little).
+AUTO_SPREAD = 4
+AUTO_MAX_BATCH = 100
+
+Calls = Sequence[tuple[CallMessage, Tool]]
+
+
+def auto_plan(calls: Calls) -> list[tuple[list[tuple[CallMessage, Tool]], int | None]]:
+    """How ``batch_size="auto"`` sends ``calls``: ``(calls, batch_size or None)`` per publish.
+
+    Grouped by tool, in first-seen order; a group below AUTO_MIN_CALLS joins the single
+    messages, a larger one is batched ``ceil(n / AUTO_SPREAD)`` per message, at most
+    AUTO_MAX_BATCH.
+    """
+    groups: dict[str, list[tuple[CallMessage, Tool]]] = {}
+    for message, tool in calls:
+        groups.setdefault(tool.function, []).append((message, tool))
+    singles: list[tuple[CallMessage, Tool]] = []
+    plan: list[tuple[list[tuple[CallMessage, Tool]], int | None]] = []
+    for group in groups.values():
+        if len(group) < AUTO_MIN_CALLS:
+            singles.extend(group)
+        else:
+            size = min(AUTO_MAX_BATCH, math.ceil(len(group) / AUTO_SPREAD))
+            plan.append((group, size))
+    if singles:
+        plan.insert(0, (singles, None))
+    return plan
 
 
 class Publisher:
     """``await submit(message, tool)`` returns once the message is on the broker."""
 
     def __init__(
-        self, fleet: Fleet, *, chunk_size: int = CHUNK_SIZE, batch_size: int | None = None
+        self,
+        fleet: Fleet,
+        *,
+        chunk_size: int = CHUNK_SIZE,
+        batch_size: int | Literal["auto"] | None = None,
     ) -> None:
         self._fleet = fleet
         self._chunk_size = chunk_size
@@ -49,7 +94,7 @@ class Publisher:
             if not live:
                 continue
             try:
-                await self._fleet.publish([(m, t) for m, t, _ in live], batch_size=self._batch_size)
+                await self._publish([(m, t) for m, t, _ in live])
             except Exception as exc:
                 for _, _, f in live:
                     if not f.done():
@@ -58,6 +103,13 @@ class Publisher:
                 for _, _, f in live:
                     if not f.done():
                         f.set_result(None)
+
+    async def _publish(self, calls: Calls) -> None:
+        if self._batch_size != "auto":
+            await self._fleet.publish(calls, batch_size=self._batch_size)
+            return
+        for group, size in auto_plan(calls):
+            await self._fleet.publish(group, batch_size=size)
 
     async def aclose(self) -> None:
         flusher, self._flusher = self._flusher, None

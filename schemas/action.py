@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -72,7 +72,9 @@ class CallParams(BaseModel):
     output_dropna: bool = True
     # Opt-in for trivial tools: up to this many calls per Celery message (each call keeps its
     # own record and response; Flower shows one task per message). None: one per message.
-    batch_size: int | None = None
+    # "auto": the dispatcher batches calls of one tool when many are ready at once (a flood)
+    # and sends a lone call as its own message (dispatcher.publisher.auto_plan).
+    batch_size: int | Literal["auto"] | None = None
 
     @field_validator("timeout_s", "deadline_s", "throttle_period_s")
     @classmethod
@@ -83,7 +85,7 @@ class CallParams(BaseModel):
 
     @field_validator("max_concurrent", "batch_size")
     @classmethod
-    def _positive_count(cls, value: int | None) -> int | None:
-        if value is not None and value < 1:
+    def _positive_count(cls, value: int | str | None) -> int | str | None:
+        if isinstance(value, int) and value < 1:
             raise ValueError(f"must be at least 1 or None for the default window, got {value!r}")
         return value
