@@ -83,7 +83,7 @@ def publish_calls(app: Celery, calls: Sequence[tuple[CallMessage, Tool]]) -> Non
 def revoke_calls(app: Celery, task_ids: Iterable[str]) -> None:
     """Revoke queued calls (ids as :func:`task_id_for` made them); a worker skips them.
 
-    The worker that drops a revoked call records it CANCELLED (see workers.task).
+    The worker that drops a revoked call records it CANCELLED (see workers.execute_task).
     """
     ids = list(task_ids)
     if ids:
