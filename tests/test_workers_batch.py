@@ -142,3 +142,33 @@ def test_a_malformed_item_is_skipped_and_its_siblings_run(
 def test_batch_size_below_one_is_a_configuration_error(celery_app: Celery) -> None:
     with pytest.raises(ConfigurationError, match="batch_size must be at least 1, got 0"):
         publish_batched(celery_app, [], batch_size=0)
+
+
+def test_a_sync_tools_timeout_is_enforced_per_call_inside_a_batch(
+    sync_worker: WorkerProcess, celery_app: Celery, redis_client: redis.Redis
+) -> None:
+    """slow_sync (timeout_s=0.5) blocks for 20 s unless stopped; its siblings still run."""
+    reply_to = _reply_key()
+    calls = _calls(
+        reply_to,
+        ("slow_sync", {"seconds": 20.0}),
+        ("echo", {"value": 1}),
+        ("slow_sync", {"seconds": 20.0}),
+        ("echo", {"value": 2}),
+    )
+    start = time.monotonic()
+    publish_batched(celery_app, calls, batch_size=4)
+    results = _by_id(collect_replies(redis_client, reply_to, 4, timeout_s=30))
+    elapsed_s = time.monotonic() - start
+    # Two 20 s sleeps run to the end would take 40 s: each was stopped at its own 0.5 s.
+    assert elapsed_s < 15, elapsed_s
+    for message, tool in calls:
+        result = results[message.call_id]
+        if tool.function == "slow_sync":
+            assert result.status is EventStatus.FAILED
+            error = result.execution["error"]
+            assert error["error"] == "ToolTimeoutError", error
+            assert "0.5" in error["message"]
+        else:
+            assert result.status is EventStatus.COMPLETED
+            assert result.execution["response"] == message.arguments["value"]

@@ -9,9 +9,9 @@ terminal record and reply — the collector cannot tell a batched call from a si
 What is lost per call: Flower shows one task per *batch* (named ``batch:<function>:<n>``,
 args listing the call ids), not one per call; a batched call can only be revoked while queued,
 through Celery's revoked set (checked here before each call runs; only the asyncio pool, which
-runs in the worker's main process, sees revokes that arrive after the pool started); and no
-Celery time limit guards a blocking sync tool inside a batch (a tool's ``timeout_s`` still
-bounds async tools). So batch only trivial, quick tools.
+runs in the worker's main process, sees revokes that arrive after the pool started). A
+blocking sync tool's ``timeout_s`` is enforced per call by :mod:`workers.alarm` (no Celery
+time limit covers one call of a batch). So batch only trivial, quick tools.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from schemas.status import EventStatus
 from schemas.tasks import EXECUTE_MANY_TASK, task_id_for
 from schemas.tool import ToolKind
 from schemas.wire import CallMessage, CallResult
+from workers.alarm import per_call_alarm
 from workers.batch_publish import DEFAULT_BATCH_SIZE, publish_batched
 from workers.batch_store import BatchRuntime, BatchStore
 from workers.celery_internals import RevokedIds
@@ -92,9 +93,12 @@ async def execute_many_async(
         )
         return str(outcome.status.value)
 
+    # A blocking sync tool's timeout_s, per call: no Celery limit covers a batch's calls.
+    alarm = per_call_alarm.set(pool == "sync")
     try:
         statuses = await asyncio.gather(*(one(m) for m in parsed))
     finally:
+        per_call_alarm.reset(alarm)
         # Records of the calls that finished are written even if a sibling raised.
         await store.flush()
     summary: dict[str, Any] = {"calls": len(messages)}

@@ -32,6 +32,7 @@ from schemas.record import not_run_result
 from schemas.status import EventStatus
 from schemas.tool import Tool, ToolKind
 from schemas.wire import CallMessage, CallResult
+from workers.alarm import sync_tool_deadline
 from workers.failure import rebuild_error
 from workers.guard import check_call, reply_to_problem
 from workers.runtime import CallRuntime, CallStore
@@ -172,13 +173,15 @@ async def _run_tool(
     try:
         attributes = {tracing.ATTR_FUNCTION: tool.function}
         with tracing.span(f"toolfleet.tool {tool.function}", attributes):
-            await call.invoke()
+            with sync_tool_deadline(tool, timeout_s):
+                await call.invoke()
     except BaseException:
         if not cancel_is_final():
             raise
     error = call.execution.error
     if isinstance(error, SoftTimeLimitExceeded):
-        # Celery's soft limit interrupted a sync tool: report it as the tool's timeout.
+        # Celery's soft limit (or a batch's per-call alarm) interrupted a sync tool: report
+        # it as the tool's timeout.
         limit = timeout_s if timeout_s is not None else limit_s
         error = ToolTimeoutError(
             f"tool {tool.function!r} exceeded its time limit of "
