@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 import sys
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
@@ -32,6 +33,7 @@ __all__ = [
     "mask_url",
     "orphaned_batches",
     "register",
+    "running_by_worker",
 ]
 
 EXIT_NOT_FOUND = 1
@@ -146,6 +148,31 @@ def orphaned_batches(client: Any, keys: Any) -> list[dict[str, str]]:
     return found
 
 
+def running_by_worker(client: Any, keys: Any) -> Counter[str]:
+    """Calls started and not finished, by the worker whose started marker holds them."""
+    found: Counter[str] = Counter()
+    batch: list[bytes] = []
+
+    def count(names: list[bytes]) -> None:
+        for raw in client.mget(names):
+            if raw is None:
+                continue  # finished between SCAN and MGET
+            try:
+                worker = str(json.loads(raw)["worker"])
+            except (ValueError, KeyError, TypeError):
+                worker = "?"
+            found[worker] += 1
+
+    for key in client.scan_iter(match=keys.started("*"), count=1000):
+        batch.append(key)
+        if len(batch) >= 500:
+            count(batch)
+            batch = []
+    if batch:
+        count(batch)
+    return found
+
+
 def fleet_status(settings: Settings, *, timeout_s: float) -> dict[str, Any]:
     """Workers online (with their running calls), queue depths and calls in flight."""
     import redis
@@ -165,21 +192,25 @@ def fleet_status(settings: Settings, *, timeout_s: float) -> dict[str, Any]:
                 queue: sum(int(client.llen(key)) for key in client.scan_iter(match=f"{queue}*"))
                 for queue in (settings.sync_queue, settings.async_queue)
             }
-            started = Keys(settings.key_prefix).started("*")
-            in_flight = sum(1 for _ in client.scan_iter(match=started, count=1000))
+            running = running_by_worker(client, Keys(settings.key_prefix))
+            in_flight = sum(running.values())
             unacked = int(client.hlen("unacked"))
             orphaned = orphaned_batches(client, Keys(settings.key_prefix))
         finally:
             client.close()
     finally:
         app.close()
+    # One source for every count (issue 13 item 9): a worker's running calls are the started
+    # markers it holds, so the rows add up to the footer's total. Celery's active list (which
+    # counts a batch message once, and a call the pool has accepted but not started) only
+    # names the tasks.
     workers = [
         {
             "hostname": hostname,
-            "active": len(tasks),
-            "tools": sorted({str(t.get("name", "?")) for t in tasks}),
+            "active": running.get(hostname, 0),
+            "tools": sorted({str(t.get("name", "?")) for t in active.get(hostname, [])}),
         }
-        for hostname, tasks in sorted(active.items())
+        for hostname in sorted(set(active) | set(running))
     ]
     return {
         "workers": workers,
