@@ -21,11 +21,11 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
 from dispatcher.fleet import Fleet
+from schemas.liveness import StartedMarker
 from schemas.record import not_run_result
 from schemas.status import EventStatus
 from schemas.tool import Tool
 from schemas.wire import CallMessage, CallResult
-from workers.store import StartedMarker
 
 __all__ = ["SETTLE_TIMEOUT_S", "Settler", "cancelled_error", "settle_calls", "stopped_result"]
 

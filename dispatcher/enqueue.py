@@ -19,10 +19,10 @@ from schemas import tracing
 from schemas.errors import BrokerError
 from schemas.function_calling import redact
 from schemas.keys import Keys
-from schemas.tasks import task_id_for
+from schemas.tasks import EXECUTE_TASK, task_id_for
 from schemas.tool import Tool
 from schemas.wire import CallMessage
-from workers.app import EXECUTE_TASK, redis_url_of, settings_of
+from workers.app import redis_url_of, settings_of
 
 __all__ = [
     "ARGSREPR_MAX_CHARS",

@@ -21,6 +21,7 @@ from schemas.settings import Settings
 from schemas.tool import Tool
 from schemas.wire import CallMessage, CallResult
 from workers.app import create_app, redis_url_of
+from workers.batch_publish import publish_batched
 from workers.registry import Registry
 from workers.registry import registry as default_registry
 
@@ -143,7 +144,6 @@ class Fleet:
         self, calls: Sequence[tuple[CallMessage, Tool]], *, batch_size: int | None = None
     ) -> None:
         from dispatcher.enqueue import publish_calls
-        from workers.batch import publish_batched
 
         if not calls:
             return

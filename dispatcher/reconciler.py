@@ -35,10 +35,10 @@ from dispatcher.stopping import cancel_and_wait
 from dispatcher.whereabouts import Place, Sighting, locate
 from schemas.errors import CallLostError, NoWorkerError
 from schemas.keys import Keys
+from schemas.liveness import live_since
 from schemas.settings import Settings
 from schemas.tool import Tool
 from schemas.wire import CallMessage, CallResult
-from workers.presence import live_since
 
 __all__ = ["DISPATCHER_TTL_S", "TICK_S", "Reconciler", "Tracked", "start_command"]
 

@@ -20,7 +20,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from schemas.keys import Keys
-from workers.store import StartedMarker
+from schemas.liveness import StartedMarker
 
 __all__ = ["UNACKED_KEY", "Place", "Sighting", "call_ids_of", "locate"]
 

@@ -19,6 +19,7 @@ import redis
 from celery import Celery, signals
 
 from schemas.keys import Keys
+from schemas.liveness import PRESENCE_STALE_S, live_since
 from workers.app_info import redis_url_of, settings_of
 from workers.app_signals import connect as connect_signal
 from workers.celery_internals import consumed_queues
@@ -28,15 +29,8 @@ __all__ = ["PRESENCE_INTERVAL_S", "PRESENCE_STALE_S", "Presence", "live_since", 
 log = logging.getLogger(__name__)
 
 PRESENCE_INTERVAL_S = 2.0
-# Several missed beats: a loaded machine delays a beat, a dead worker misses all of them.
-PRESENCE_STALE_S = 10.0
 # Beats older than this are removed from the set by the next beat of any worker.
 _FORGET_S = 3600.0
-
-
-def live_since(now_s: float | None = None) -> float:
-    """The oldest beat (epoch seconds) that still counts as a live worker."""
-    return (time.time() if now_s is None else now_s) - PRESENCE_STALE_S
 
 
 class Presence:

@@ -8,8 +8,6 @@ value carries a heartbeat so a redelivered message can tell a live duplicate fro
 from __future__ import annotations
 
 import asyncio
-import json
-import os
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -22,6 +20,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from schemas.keys import Keys
+from schemas.liveness import HEARTBEAT_STALE_S, StartedMarker
 from schemas.wire import CallResult
 from workers.record_scripts import FINISH_SCRIPT, RELEASE_SCRIPT, TAKE_OVER_SCRIPT, finish_call
 
@@ -39,56 +38,13 @@ __all__ = [
     "read_begin",
 ]
 
-# A running call refreshes its started marker this often; a marker not refreshed for
-# HEARTBEAT_STALE_S belongs to a worker that died (or froze) mid-call.
+# A running call refreshes its started marker this often (schemas.liveness says when a
+# marker is stale).
 HEARTBEAT_INTERVAL_S = 2.0
-HEARTBEAT_STALE_S = 8.0
 # Redis connections one asyncio worker process opens at most, and how long a coroutine
 # waits for one before its call fails.
 ASYNC_MAX_CONNECTIONS = 64
 ASYNC_CONNECTION_WAIT_S = 60.0
-
-
-@dataclass(frozen=True, slots=True)
-class StartedMarker:
-    """Who runs a call: worker hostname, pid, attempt, and the last heartbeat (epoch seconds)."""
-
-    worker: str
-    pid: int
-    attempt: int
-    beat_at: float
-
-    def to_json(self) -> str:
-        return json.dumps(
-            {
-                "worker": self.worker,
-                "pid": self.pid,
-                "attempt": self.attempt,
-                "beat_at": self.beat_at,
-            }
-        )
-
-    @classmethod
-    def from_json(cls, raw: str | bytes) -> StartedMarker:
-        try:
-            data = json.loads(raw)
-            return cls(
-                worker=str(data["worker"]),
-                pid=int(data["pid"]),
-                attempt=int(data["attempt"]),
-                beat_at=float(data["beat_at"]),
-            )
-        except (ValueError, KeyError, TypeError):
-            # An unreadable marker is treated as stale: its writer cannot be vouched for.
-            text = raw.decode(errors="replace") if isinstance(raw, bytes) else raw
-            return cls(worker=text, pid=0, attempt=0, beat_at=0.0)
-
-    @classmethod
-    def now(cls, worker: str, attempt: int) -> StartedMarker:
-        return cls(worker=worker, pid=os.getpid(), attempt=attempt, beat_at=time.time())
-
-    def is_stale(self, now_s: float | None = None) -> bool:
-        return ((time.time() if now_s is None else now_s) - self.beat_at) > HEARTBEAT_STALE_S
 
 
 # SET NX GET for servers before Redis 7.0, which refuse NX together with GET (the embedded
