@@ -107,6 +107,7 @@ class Batch:
         )
 
     async def run(self) -> list[Any]:
+        await self.fleet.learn_tools(getattr(item, "function", None) for item in self.items)
         await self._journal.start(self.items, self._call_ids)
         try:
             if self.strategy == "sequential":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import uuid
 from dataclasses import dataclass, field
@@ -71,6 +72,22 @@ class CallContext:
         """The arguments with secret values replaced, safe for history, events and hooks."""
         redacted = redact(self.arguments, self.secret_args)
         return {jsonable_key(key): to_jsonable(value) for key, value in redacted.items()}
+
+    def for_hooks(self) -> CallContext:
+        """This context as hook handlers get it: every secret argument value redacted, in the
+        arguments and in the caller's request (issue 13 item 10). Without secrets, the
+        context itself, so a handler sees exactly what the tool will receive (C4)."""
+        secret = self.secret_args
+        if not secret:
+            return self
+        request = self.request
+        if request is not None:
+            content = request.content
+            hidden = redact(content.arguments, secret)
+            request = request.model_copy(
+                update={"content": content.model_copy(update={"arguments": hidden})}
+            )
+        return dataclasses.replace(self, arguments=redact(self.arguments, secret), request=request)
 
     def invocation(self) -> ToolInvocation:
         return ToolInvocation(

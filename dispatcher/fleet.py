@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -57,6 +58,8 @@ class Fleet:
         self._executor: ThreadPoolExecutor | None = None
         self._bindings: dict[asyncio.AbstractEventLoop, LoopBinding] = {}
         self._bindings_lock = threading.Lock()
+        # Secret argument names the workers announced for tools this dispatcher lacks.
+        self._announced: dict[str, frozenset[str]] = {}
 
     @classmethod
     def from_env(cls, *, registry: Registry | None = None, **overrides: Any) -> Fleet:
@@ -116,6 +119,39 @@ class Fleet:
     @property
     def reconciler(self) -> Reconciler:
         return self._bind().reconciler
+
+    async def learn_tools(self, functions: Iterable[Any]) -> None:
+        """Read what the workers announced (workers.tool_catalog) about tools named in a batch
+        that this dispatcher has not imported; never raises (unknown means hide every value)."""
+        missing = sorted(
+            {
+                f
+                for f in functions
+                if isinstance(f, str)
+                and f not in self._announced
+                and _encodable(f)
+                and f not in self.registry
+            }
+        )
+        if not missing:
+            return
+        try:
+            found = await self.redis.hmget(self.keys.tool_secrets(), missing)
+        except Exception as exc:  # a broker problem fails the calls elsewhere, not here
+            log.debug("fleet: tool catalog unreadable: %r", exc)
+            return
+        for name, raw in zip(missing, found, strict=True):
+            try:
+                names = json.loads(raw) if raw is not None else None
+            except ValueError:
+                continue
+            if isinstance(names, list):
+                self._announced[name] = frozenset(str(n) for n in names)
+
+    def announced_secret_args(self, function: Any) -> frozenset[str] | None:
+        """The secret argument names the fleet's workers announced for ``function``, or None
+        when no worker did (then no argument value of its call may be shown)."""
+        return self._announced.get(function) if isinstance(function, str) else None
 
     def expect(self, call_id: str, attempt: int) -> asyncio.Future[CallResult]:
         return self.collector.expect(call_id, attempt)
@@ -210,3 +246,11 @@ def default_fleet() -> Fleet:
         if _default is None:
             _default = Fleet.from_env()
         return _default
+
+
+def _encodable(name: str) -> bool:
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

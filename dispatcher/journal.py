@@ -86,9 +86,11 @@ def journal_calls(
     items: Sequence[Envelope | MalformedRequestError],
     call_ids: Sequence[str],
     registry: Registry,
+    announced: Callable[[Any], frozenset[str] | None] | None = None,
 ) -> list[JournalCall]:
-    """The journal's view of a batch's calls: tool secrets redacted, unknown tools' values
-    all redacted, a malformed request as an empty call."""
+    """The journal's view of a batch's calls: tool secrets redacted, a tool this dispatcher
+    lacks redacted as its workers ``announced`` or else every value, a malformed request as
+    an empty call."""
     calls: list[JournalCall] = []
     for item, call_id in zip(items, call_ids, strict=True):
         if isinstance(item, MalformedRequestError):
@@ -98,6 +100,8 @@ def journal_calls(
         if item.function in registry:
             secret = registry.get(item.function).secret_args
             arguments = redact(raw, secret)
+        elif announced is not None and (known := announced(item.function)) is not None:
+            arguments = redact(raw, known)  # the workers' word on which are secret
         else:
             arguments = dict.fromkeys(raw, REDACTED)
         public = {str(k): to_jsonable(v) for k, v in arguments.items()}
@@ -194,7 +198,7 @@ class BatchJournal:
             branch_id=self.branch_id,
             strategy=self.strategy,
             dispatcher_id=fleet.collector_id,
-            calls=journal_calls(items, call_ids, fleet.registry),
+            calls=journal_calls(items, call_ids, fleet.registry, fleet.announced_secret_args),
         )
         try:
             await asyncio.wait_for(

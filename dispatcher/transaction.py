@@ -218,7 +218,8 @@ class Transaction:
                     "call_id": ctx.call_id,
                     "arguments": str(ctx.public_arguments)[:HOOK_SUMMARY_CHARS],
                     "branch_id": self.branch_id,
-                    "context": ctx,
+                    # No raw secret in any hook payload, the context included.
+                    "context": ctx.for_hooks(),
                 }
             )
         except Exception as exc:
@@ -337,8 +338,10 @@ def _refused_context(
     if item.function in fleet.registry:
         known = fleet.tool(item.function)
         return _context(item, branch_id, function, raw, call_id, known)
-    # No tool, no list of secret arguments: keep the names, hide every value.
-    return _context(item, branch_id, function, shown_arguments(raw, None), call_id)
+    # No tool here: the secrets the workers announced for it, else (None) none is known, so
+    # keep the names and hide every value.
+    secret = fleet.announced_secret_args(item.function)
+    return _context(item, branch_id, function, shown_arguments(raw, secret), call_id)
 
 
 def _refusal(item: Envelope, exc: Exception) -> Exception:

@@ -53,6 +53,11 @@ class Keys:
         """Hash: batch id -> branch id of every journaled batch not yet fully written."""
         return f"{self.prefix}:batches:open"
 
+    def tool_secrets(self) -> str:
+        """Hash: tool name -> JSON list of its secret argument names, as the fleet's workers
+        announced at start; how a dispatcher without a tool knows what to hide of its call."""
+        return f"{self.prefix}:tools:secret_args"
+
     def dispatcher(self, dispatcher_id: str) -> str:
         """String with a short TTL: present while the dispatcher ``dispatcher_id`` is alive."""
         return f"{self.prefix}:dispatcher:{dispatcher_id}"

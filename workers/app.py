@@ -28,6 +28,7 @@ from workers.guard import keep_only_toolfleet_tasks
 from workers.monitor import install_lease, is_watched
 from workers.presence import register_presence
 from workers.registry import Registry, registry
+from workers.tool_catalog import register_tool_catalog
 
 __all__ = [
     "DEFAULT_BROKER_URL",
@@ -91,6 +92,7 @@ def create_app(settings: Settings, *, registry: Registry = registry) -> Celery:
     register_execute_many_task(app)  # opt-in batching (issue 8)
     _load_tools_at_worker_start(app)
     register_presence(app)  # issue 12: "no worker serves this queue"
+    register_tool_catalog(app)  # issue 13: what a dispatcher without a tool may show
     return app
 
 
