@@ -117,13 +117,14 @@ def progress_key(keys: Keys, batch_id: str) -> str:
 async def write_journal(
     client: aioredis.Redis, keys: Keys, entry: JournalEntry, *, ttl_s: int
 ) -> None:
-    # Issue 16: two commands, one round trip, no MULTI. The entry goes first, so an open
-    # listing never names a batch whose journal is missing; a failure between the two leaves
-    # an unlisted entry that expires, exactly like a journal that failed to write (the batch
-    # runs without one). No ``written`` key yet: absent counts as 0 (load_journal, the
-    # append script), so the first history write creates it.
+    # Issue 16: one round trip, no MULTI. The entry goes first, so an open listing never
+    # names a batch whose journal is missing; a failure part way leaves an unlisted entry that
+    # expires, exactly like a journal that failed to write (the batch runs without one).
+    # ``written`` is reset, not left absent: a batch id seen before (ids from a seeded
+    # random, as under hypothesis) must not inherit an old count and skip its history.
     async with client.pipeline(transaction=False) as pipe:
         pipe.set(keys.batch(entry.batch_id), entry.to_json(), ex=ttl_s)
+        pipe.set(progress_key(keys, entry.batch_id), 0, ex=ttl_s)
         pipe.hset(keys.open_batches(), entry.batch_id, entry.branch_id)
         await pipe.execute()
 
