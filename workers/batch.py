@@ -6,10 +6,12 @@ worker runs each through the same :func:`workers.task.execute_async` as ``toolfl
 concurrently on one event loop, so every call keeps its own idempotency check, started marker,
 terminal record and reply — the collector cannot tell a batched call from a single one.
 
-What is lost per call: Flower shows one task per *batch* (named ``batch:<function>:<n>``,
-args listing the call ids), not one per call; a batched call can only be revoked while queued,
-through Celery's revoked set (checked here before each call runs; only the asyncio pool, which
-runs in the worker's main process, sees revokes that arrive after the pool started). A
+Flower shows one task per *batch* (named ``batch:<function>:<n>``, args listing the call ids)
+and, while a monitor watches, each call as its own ``tool:<function>`` task with the call_id
+as task id (:mod:`workers.call_events`). What is lost per call: a batched call can only be
+revoked while queued, through Celery's revoked set (checked here before each call runs; only
+the asyncio pool, which runs in the worker's main process, sees revokes that arrive after the
+pool started). A
 blocking sync tool's ``timeout_s`` is enforced per call by :mod:`workers.alarm` (no Celery
 time limit covers one call of a batch). So batch only trivial, quick tools.
 """
@@ -33,6 +35,7 @@ from schemas.wire import CallMessage, CallResult
 from workers.alarm import per_call_alarm
 from workers.batch_publish import DEFAULT_BATCH_SIZE, publish_batched
 from workers.batch_store import BatchRuntime, BatchStore
+from workers.call_events import CallEvents, call_events
 from workers.celery_internals import RevokedIds
 from workers.runtime import WorkerRuntime, runtime_for
 from workers.task import execute_async
@@ -84,19 +87,28 @@ async def execute_many_async(
     batch_runtime = BatchRuntime(runtime, store)
     await store.prefetch(parsed, runtime.registry)
 
-    async def one(msg: CallMessage) -> str:
+    async def one(msg: CallMessage, events: CallEvents | None) -> str:
+        if events is not None:
+            events.started(msg)
         if task_id_for(msg) in revoked:
-            await store.finish(_revoked_result(msg, runtime, hostname), msg.reply_to)
+            result = _revoked_result(msg, runtime, hostname)
+            await store.finish(result, msg.reply_to)
+            if events is not None:
+                events.finished(msg, result, None)
             return EventStatus.CANCELLED.value
         outcome = await execute_async(
             msg, runtime=batch_runtime, hostname=hostname, pool=pool, trace=trace
         )
+        if events is not None:
+            events.finished(msg, outcome.result, outcome.error)
         return str(outcome.status.value)
 
     # A blocking sync tool's timeout_s, per call: no Celery limit covers a batch's calls.
     alarm = per_call_alarm.set(pool == "sync")
     try:
-        statuses = await asyncio.gather(*(one(m) for m in parsed))
+        # Each call its own Flower task while a monitor watches (workers.call_events).
+        with call_events(runtime.app, hostname, runtime.registry) as events:
+            statuses = await asyncio.gather(*(one(m, events) for m in parsed))
     finally:
         per_call_alarm.reset(alarm)
         # Records of the calls that finished are written even if a sibling raised.
