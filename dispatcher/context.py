@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import random
 import uuid
 from dataclasses import dataclass, field
@@ -20,14 +21,22 @@ __all__ = ["CallContext", "call_id_for", "new_call_id"]
 _TOOL_CALL_NAMESPACE = uuid.UUID("6f0c1d52-3a0e-4f5b-9a43-2c7d1e8b9f10")
 
 
+# A generator of our own, seeded from the OS and re-seeded in a forked child: the module-level
+# one is shared with the caller, and a caller (or hypothesis, or a simulation) that seeds it
+# would repeat call ids, and the workers' idempotency records would answer a new call with an
+# old call's result (found by the issue-13 JSONL fuzz).
+_ids = random.Random()
+os.register_at_fork(after_in_child=_ids.seed)
+
+
 def new_call_id() -> str:
     """A random (version 4) UUID string.
 
-    From the ``random`` module (seeded from the OS, re-seeded after fork) rather than
+    From a private ``random.Random`` (seeded from the OS, re-seeded after fork) rather than
     ``uuid.uuid4()``: one ``os.urandom`` syscall per id costs more than the rest of a
     call's dispatch on some hosts, and these ids need uniqueness, not secrecy.
     """
-    return str(uuid.UUID(int=random.getrandbits(128), version=4))
+    return str(uuid.UUID(int=_ids.getrandbits(128), version=4))
 
 
 def call_id_for(branch_id: str | None, tool_call_id: str | None) -> str:
