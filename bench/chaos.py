@@ -45,7 +45,11 @@ def _start(kind: str, broker: ChaosBroker, concurrency: int) -> WorkerProcess:
 
 
 def _line(name: str, faults: int, elapsed_s: float, verdict: Any) -> dict[str, Any]:
-    return {"chaos": name, "faults": faults, "elapsed_s": round(elapsed_s, 1), **verdict.summary()}
+    line = {"chaos": name, "faults": faults, "elapsed_s": round(elapsed_s, 1), **verdict.summary()}
+    problems = verdict.lost + verdict.unpaired
+    if problems:  # what went wrong, so a failed run can be investigated
+        line["problems"] = problems[:5]
+    return line
 
 
 def _run(

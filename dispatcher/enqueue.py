@@ -28,6 +28,7 @@ __all__ = [
     "ARGSREPR_MAX_CHARS",
     "cancel_running",
     "hard_limit_s",
+    "is_outage",
     "publish_calls",
     "revoke_calls",
     "task_id_for",
@@ -78,6 +79,15 @@ def publish_calls(app: Celery, calls: Sequence[tuple[CallMessage, Tool]]) -> Non
             f"cannot enqueue calls on broker {url}: {exc}; check that Redis is running and "
             f"TOOLFLEET_BROKER_URL points at it"
         ) from exc
+
+
+def is_outage(error: BaseException) -> bool:
+    """Whether a BrokerError from enqueueing came from the broker being unreachable (worth
+    retrying), not from a message it refused (encoding, size): connection errors, timeouts."""
+    cause = error.__cause__
+    if isinstance(cause, OperationalError):  # kombu's wrapper of a connection failure
+        return True
+    return isinstance(cause, redis.ConnectionError | redis.TimeoutError | OSError)
 
 
 def revoke_calls(app: Celery, task_ids: Iterable[str]) -> None:

@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 import threading
+import time
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -14,6 +15,7 @@ import redis.asyncio as aioredis
 from celery import Celery
 
 from dispatcher.collector import Collector
+from dispatcher.enqueue import is_outage
 from dispatcher.loop_binding import LoopBinding
 from dispatcher.reconciler import Reconciler
 from schemas.errors import BrokerError
@@ -178,6 +180,32 @@ class Fleet:
 
     async def _publish_raw(
         self, calls: Sequence[tuple[CallMessage, Tool]], *, batch_size: int | None = None
+    ) -> None:
+        """Enqueue ``calls``, retrying through a broker outage up to
+        ``TOOLFLEET_OUTAGE_LIMIT_S`` (issue 12: a broker restarting mid-batch must not fail
+        the calls not yet enqueued). A retry may enqueue a call twice; its call_id record
+        makes the second message a no-op (C7)."""
+        deadline = time.monotonic() + self.settings.outage_limit_s
+        delay_s = 0.2
+        while True:
+            try:
+                await self._publish_once(calls, batch_size)
+                return
+            except BrokerError as exc:
+                if not is_outage(exc) or time.monotonic() + delay_s > deadline:
+                    raise
+                log.warning(
+                    "could not enqueue %d call(s) (%s); retrying for up to %gs "
+                    "(TOOLFLEET_OUTAGE_LIMIT_S)",
+                    len(calls),
+                    exc,
+                    self.settings.outage_limit_s,
+                )
+                await asyncio.sleep(delay_s)
+                delay_s = min(delay_s * 2, 2.0)
+
+    async def _publish_once(
+        self, calls: Sequence[tuple[CallMessage, Tool]], batch_size: int | None
     ) -> None:
         from dispatcher.enqueue import publish_calls
 

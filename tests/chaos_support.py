@@ -28,7 +28,7 @@ from typing import Any
 import redis
 
 from dispatcher import Branch, Fleet
-from schemas.action import ActionResponseModel
+from schemas.action import ActionResponseModel, CallParams
 from schemas.messages import ActionRequest, ActionResponse
 from schemas.settings import Settings
 from schemas.status import EventStatus
@@ -316,7 +316,12 @@ Chaos = Callable[[Branch, "asyncio.Future[list[ActionResponseModel]]"], Awaitabl
 
 
 async def act_through(
-    settings: Settings, requests: Sequence[dict[str, Any]], chaos: Chaos, *, limit_s: float
+    settings: Settings,
+    requests: Sequence[dict[str, Any]],
+    chaos: Chaos,
+    *,
+    limit_s: float,
+    call_params: CallParams | None = None,
 ) -> tuple[str, list[ActionResponseModel], float]:
     """Run one act() of ``requests`` while ``chaos(branch, task)`` breaks things; return the
     branch id, the results and how long act() took. No batch deadline is set, so a call the
@@ -324,7 +329,7 @@ async def act_through(
     async with Fleet(settings) as fleet:
         branch = Branch(fleet=fleet)
         started = time.monotonic()
-        task = asyncio.ensure_future(branch.act(list(requests)))
+        task = asyncio.ensure_future(branch.act(list(requests), call_params=call_params))
         try:
             await chaos(branch, task)
             left_s = max(1.0, limit_s - (time.monotonic() - started))

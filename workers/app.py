@@ -22,7 +22,7 @@ from workers.app_info import DEFAULT_BROKER_URL, redis_url_of, registry_of, sett
 from workers.app_signals import connect as connect_signal
 from workers.app_signals import detach
 from workers.batch import register_execute_many_task
-from workers.celery_internals import shadow_named_amqp
+from workers.celery_internals import shadow_named_amqp, survive_broker_restart
 from workers.execute_task import register_execute_task
 from workers.guard import keep_only_toolfleet_tasks
 from workers.monitor import install_lease, is_watched
@@ -54,6 +54,7 @@ class ToolfleetCelery(Celery):
 
 def create_app(settings: Settings, *, registry: Registry = registry) -> Celery:
     """A new Celery app for ``settings``; each call returns an independent app."""
+    survive_broker_restart()  # a broker restart must not make the worker exit
     broker_url = settings.broker_url or DEFAULT_BROKER_URL
     app = ToolfleetCelery("toolfleet", set_as_current=False, amqp=_AMQP)
     app.conf.update(

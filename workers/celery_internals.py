@@ -6,8 +6,8 @@ consumer. ``tests/test_celery_internals.py`` checks every one of them against th
 Celery and fails naming what changed; when it fails, fix the function here, nowhere else.
 
 What for, in one sentence: a call shows in Flower as ``tool:<function>`` with its own state
-(C10), task events cost nothing while no monitor watches, and the asyncio pool reports to
-Celery as the prefork pool does.
+(C10), task events cost nothing while no monitor watches, the asyncio pool reports to
+Celery as the prefork pool does, and a worker survives its broker restarting.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+import redis
 from billiard.einfo import ExceptionInfo
 from billiard.exceptions import Terminated
 from celery import Celery, Task
@@ -22,6 +23,7 @@ from celery.app.amqp import AMQP
 from celery.utils.saferepr import saferepr
 from celery.worker import state as worker_state
 from celery.worker.control import Panel, control_command
+from kombu.transport import redis as kombu_redis
 
 __all__ = [
     "CELERY_WRITTEN_AGAINST",
@@ -40,6 +42,7 @@ __all__ = [
     "shadow_named_amqp",
     "store_failure",
     "store_success",
+    "survive_broker_restart",
     "task_events_off",
 ]
 
@@ -251,3 +254,31 @@ def store_failure(app: Celery, task_id: str, error: BaseException, einfo: Except
         app.backend.mark_as_failure(
             task_id, error, traceback=einfo.traceback, request=None, call_errbacks=False
         )
+
+
+# -- a broker restart must not make the worker exit (issue 12, found by bench/chaos.py) ---------
+#
+# When the broker connection drops, Celery closes the consumer's connection and kombu's Redis
+# channel then puts the worker's reserved (unacknowledged) messages back through that closed
+# connection: ``Channel._connparams`` reads ``self.connection.client``, None by then, and raises
+# AttributeError, which Celery's ``ignore_errors`` does not ignore — "Unrecoverable error", the
+# worker exits (a sync worker, on a persistent broker's second restart under load; its kind's
+# calls then ended NoWorkerError). A redis ConnectionError instead is a connection error: Celery
+# reconnects as for any broker loss, and the messages, still in Redis' ``unacked`` hash, go
+# back to their queue after the visibility timeout.
+
+_KOMBU_CONNPARAMS = kombu_redis.Channel._connparams
+
+
+def _connparams(self: Any, asynchronous: bool = False) -> Any:
+    if self.connection.client is None:
+        raise redis.exceptions.ConnectionError(
+            "the broker connection of this channel is closed; reconnecting"
+        )
+    return _KOMBU_CONNPARAMS(self, asynchronous=asynchronous)
+
+
+def survive_broker_restart() -> None:
+    """Patch kombu's Redis channel once per process (idempotent)."""
+    if kombu_redis.Channel._connparams is not _connparams:
+        kombu_redis.Channel._connparams = _connparams  # type: ignore[method-assign]
