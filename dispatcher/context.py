@@ -12,7 +12,7 @@ from typing import Any
 from schemas.action import ToolInvocation
 from schemas.function_calling import redact
 from schemas.messages import ActionRequest
-from schemas.serialize import jsonable_key, to_jsonable
+from schemas.record import shown_arguments
 from schemas.tool import Tool
 
 __all__ = ["CallContext", "call_id_for", "new_call_id"]
@@ -79,8 +79,7 @@ class CallContext:
     @property
     def public_arguments(self) -> dict[str, Any]:
         """The arguments with secret values replaced, safe for history, events and hooks."""
-        redacted = redact(self.arguments, self.secret_args)
-        return {jsonable_key(key): to_jsonable(value) for key, value in redacted.items()}
+        return shown_arguments(self.arguments, self.secret_args)
 
     def for_hooks(self) -> CallContext:
         """This context as hook handlers get it: every secret argument value redacted, in the

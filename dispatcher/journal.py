@@ -28,9 +28,8 @@ from dispatcher.envelope import Envelope
 from dispatcher.fleet import Fleet
 from dispatcher.signals import HistoryWriteFailed, Signal
 from schemas.errors import MalformedRequestError
-from schemas.function_calling import REDACTED, redact
 from schemas.keys import Keys
-from schemas.serialize import to_jsonable
+from schemas.record import shown_arguments
 from workers.registry import Registry
 
 __all__ = [
@@ -97,14 +96,12 @@ def journal_calls(
             calls.append(JournalCall(call_id, "", {}, item.tool_call_id or ""))
             continue
         raw = item.arguments if isinstance(item.arguments, dict) else {}
+        secret: frozenset[str] | None = None  # unknown: every value hidden
         if item.function in registry:
             secret = registry.get(item.function).secret_args
-            arguments = redact(raw, secret)
-        elif announced is not None and (known := announced(item.function)) is not None:
-            arguments = redact(raw, known)  # the workers' word on which are secret
-        else:
-            arguments = dict.fromkeys(raw, REDACTED)
-        public = {str(k): to_jsonable(v) for k, v in arguments.items()}
+        elif announced is not None:
+            secret = announced(item.function)  # the workers' word on which are secret
+        public = shown_arguments(raw, secret)
         calls.append(JournalCall(call_id, item.function, public, item.tool_call_id or ""))
     return calls
 
