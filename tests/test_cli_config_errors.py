@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ COMMANDS = {
     "recover": ("recover", "some-branch"),
     "worker": ("worker", "--kind", "sync", "--tools", "tests.sample_tools"),
     "flower": ("flower", "--port", "5599"),
+    "mcp": ("mcp", "--tools", "tests.sample_tools", "--transport", "http", "--port", "5598"),
 }
 
 BAD = {
@@ -62,3 +64,17 @@ def test_a_broker_that_does_not_answer_is_one_line_and_exit_2(command: str, tmp_
         line = _one_line(proc.stderr)
         assert "does not answer" in line and "TOOLFLEET_BROKER_URL" in line, line
         assert "pw@" not in line
+
+
+@pytest.mark.parametrize("command", ["flower", "mcp"])
+def test_a_busy_port_is_one_line_naming_it(command: str, tmp_path: Path, redis_url: str) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = str(busy.getsockname()[1])
+        args = [*COMMANDS[command][:-1], port]
+        proc = toolfleet(*args, home=tmp_path, env={"TOOLFLEET_BROKER_URL": redis_url})
+    assert proc.returncode == 2, proc.stderr
+    line = proc.stderr.strip().splitlines()[-1]
+    assert f"--port {port}" in line and "pass a free --port" in line, proc.stderr
+    assert "Traceback" not in proc.stderr

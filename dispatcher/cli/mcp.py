@@ -137,6 +137,8 @@ def _serve_command(args: argparse.Namespace) -> int:
     gates = [load_gate(spec) for spec in args.gate]
     params = CallParams(timeout_s=args.timeout_s) if args.timeout_s else None
 
+    if args.transport == "http":
+        _check_port_free(args.host, args.port)  # before any fleet starts
     from dispatcher.cli.embedded import resolve_fleet
     from schemas import tracing
 
@@ -163,6 +165,23 @@ def _serve_command(args: argparse.Namespace) -> int:
         except KeyboardInterrupt:
             pass
     return 0
+
+
+def _check_port_free(host: str, port: int) -> None:
+    """A busy or unbindable --port is one line naming it (exit 2), not a server error later."""
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except (OSError, OverflowError) as exc:
+            reason = getattr(exc, "strerror", None) or str(exc)
+            raise ConfigurationError(
+                f"--port {port} on {host} cannot be used ({reason}); pass a free --port, or "
+                "stop what listens there"
+            ) from None
 
 
 async def _serve(
