@@ -178,6 +178,7 @@ class Verdict:
     # calls whose run was cut short (a start without an end).
     reruns: int = 0
     cut_short: int = 0
+    claimed_not_run: int = 0
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -189,6 +190,7 @@ class Verdict:
             "outcomes": self.outcomes,
             "reruns": self.reruns,
             "cut_short": self.cut_short,
+            "claimed_not_run": self.claimed_not_run,
         }
 
     def assert_clean(self) -> None:
@@ -211,13 +213,15 @@ def judge(
     ledger: Ledger,
     *,
     allowed_failures: Collection[str] = ("WorkerLostError",),
-    must_have_started: Collection[str] = ("WorkerLostError",),
+    never_started: Collection[str] = (),
 ) -> Verdict:
     """Count every way the batch broke the promise (see the module docstring).
 
     A FAILED (or ABORTED) call is lost unless its error's class is in ``allowed_failures``;
-    one whose class is in ``must_have_started`` must also have started (a worker lost while
-    it ran)."""
+    one whose class is in ``never_started`` must not have started at all (never enqueued,
+    never taken). A WorkerLostError for a call whose tool never began (its worker died
+    between claiming the call and starting the tool) is allowed — the record says the call
+    may have run, the conservative answer — and counted in ``claimed_not_run``."""
     verdict = Verdict(calls=len(requests))
     marks = ledger.marks()
     for i, (request, result) in enumerate(zip(requests, results, strict=True)):
@@ -231,8 +235,10 @@ def judge(
             name = _error_name(result)
             if name not in allowed_failures:
                 verdict.lost.append(f"#{i} FAILED {result.error}")
-            elif name in must_have_started and "S" not in phases:
-                verdict.lost.append(f"#{i} {name} but it never started: {result.error}")
+            elif name in never_started and phases:
+                verdict.lost.append(f"#{i} {name} but it ran: {result.error}")
+            elif name == "WorkerLostError" and "S" not in phases:
+                verdict.claimed_not_run += 1
         else:
             verdict.lost.append(f"#{i} ended {result.status.value}: {result.error}")
         verdict.reruns += max(0, phases.count("S") - 1)

@@ -151,6 +151,7 @@ def test_a_sigkilled_dispatchers_batch_is_completed_by_toolfleet_recover(
         stored,
         ledger,
         allowed_failures=("WorkerLostError", "DispatcherLostError"),
+        never_started=("DispatcherLostError",),
     )
     print(json.dumps({
         "chaos": "dispatcher-sigkill-recover", "recovered_s": round(recovered_s, 1),
@@ -189,7 +190,12 @@ def test_a_missing_worker_kind_fails_its_calls_no_worker_error_and_they_never_ru
     )
     stored = asyncio.run(stored_branch(settings, branch_id))
     verdict = judge(
-        requests, results, stored, ledger, allowed_failures=("NoWorkerError",), must_have_started=()
+        requests,
+        results,
+        stored,
+        ledger,
+        allowed_failures=("NoWorkerError",),
+        never_started=("NoWorkerError",),
     )
     print(json.dumps({"chaos": "missing-worker-kind", "elapsed_s": round(elapsed_s, 1),
                       **verdict.summary()}))  # fmt: skip
