@@ -9,6 +9,8 @@ from __future__ import annotations
 import codecs
 import io
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,7 +19,7 @@ from hypothesis import strategies as st
 
 from dispatcher.cli.batch_file import UTF8_BOM_NOTE, parse_batch_bytes
 from schemas.errors import ConfigurationError
-from tests.cli_support import read_jsonl, toolfleet
+from tests.cli_support import REPO_ROOT, cli_env, read_jsonl, toolfleet, toolfleet_argv
 from tests.fleet import WorkerProcess
 
 TOOLS = "tests.sample_tools"
@@ -141,3 +143,31 @@ def test_version_is_printed(capsys: pytest.CaptureFixture[str]) -> None:
         main(["--version"])
     assert exited.value.code == 0
     assert capsys.readouterr().out.startswith("toolfleet 0.")
+
+
+@pytest.mark.slow
+def test_a_50_mb_line_is_refused_without_reading_it_whole(tmp_path: Path, redis_url: str) -> None:
+    """Issue 13 item 3: the line is refused as it streams past (peak RSS was 1.17 GB)."""
+    batch = tmp_path / "big.jsonl"
+    with batch.open("w") as handle:
+        handle.write('{"function": "add", "arguments": {"a": "' + "x" * 50_000_000 + '"}}\n')
+    # A wrapper process, so RUSAGE_CHILDREN measures toolfleet alone.
+    measure = (
+        "import resource, subprocess, sys; "
+        "p = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
+        "sys.stderr.write(p.stderr); "
+        "print(p.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"
+    )
+    argv = toolfleet_argv("run", str(batch), "--tools", "tests.sample_tools", "--json")
+    proc = subprocess.run(
+        [sys.executable, "-c", measure, *argv],
+        cwd=REPO_ROOT,
+        env=cli_env(tmp_path, {"TOOLFLEET_BROKER_URL": redis_url}),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    returncode, peak_kib = (int(v) for v in proc.stdout.split())
+    assert returncode == 1, proc.stderr
+    assert "malformed line 1: 50000044 bytes, over the" in proc.stderr
+    assert peak_kib < 400_000, f"peak RSS {peak_kib} KiB"
