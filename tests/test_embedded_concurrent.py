@@ -77,7 +77,10 @@ def test_two_embedded_runs_each_keep_and_show_their_own_history(tmp_path: Path) 
     )
     (tmp_path / "b.jsonl").write_text('{"function": "echo", "arguments": {"value": "b"}}\n')
     tools = "tests.sample_tools,gatetools"
-    run_a = _run(["run", "a.jsonl", "--tools", tools, "--json"], home, tmp_path)
+    out_a_file = tmp_path / "a.out"
+    run_a = _run(
+        ["run", "a.jsonl", "--tools", tools, "--json", "--output", str(out_a_file)], home, tmp_path
+    )
     try:
         # A's fleet is up (it advertises its broker) and holds the saved data.
         wait_until(
@@ -94,6 +97,15 @@ def test_two_embedded_runs_each_keep_and_show_their_own_history(tmp_path: Path) 
         assert run_a.poll() is None, "run A ended before run B"
         # B stopped and saved its data apart from A's; found while A still runs.
         assert _history(branch_b, home, tmp_path) == ["echo"]
+        # A's first result is streamed to its --output; its branch is found in its running
+        # fleet (the waiting call is not written yet).
+        first_a = wait_until(
+            lambda: read_jsonl(out_a_file.read_text()) if out_a_file.exists() else None,
+            timeout_s=60,
+            interval_s=0.1,
+            what="run A's first result",
+        )
+        assert _history(str(first_a[0]["branch_id"]), home, tmp_path) == ["echo"]
         slots = home / ".toolfleet" / "embedded" / "slots"
         assert [p.name for p in slots.iterdir()] == ["1"]
         gate.write_text("go")
