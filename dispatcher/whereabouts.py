@@ -2,7 +2,8 @@
 
 A call's message travels queue (a Redis list) → a worker's reservation (kombu's ``unacked``
 hash, with ``task_acks_late``) → started (``Keys.started``, refreshed by the worker's heartbeat)
-→ finished (``Keys.event``). Every read of one look runs in a single MULTI/EXEC, so a message
+→ finished (``Keys.event``); where kombu keeps the first two, and how its messages decode, is
+:mod:`dispatcher.kombu_internals`. Every read of one look runs in a single MULTI/EXEC, so a message
 moving between two places is seen in exactly one of them. The only way to be seen *nowhere*
 is the window kombu leaves between popping a message and recording it in ``unacked`` (kombu
 #305/#1836): a message there is in transit, or lost if its worker died in that window.
@@ -10,8 +11,6 @@ is the window kombu leaves between popping a message and recording it in ``unack
 
 from __future__ import annotations
 
-import base64
-import json
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -19,13 +18,16 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
+from dispatcher.kombu_internals import (
+    decode_message,
+    read_queued_and_reserved,
+    split_queued_and_reserved,
+)
 from schemas.keys import Keys
 from schemas.liveness import StartedMarker
+from schemas.tasks import EXECUTE_TASK
 
-__all__ = ["UNACKED_KEY", "Place", "Sighting", "call_ids_of", "locate"]
-
-# kombu's Redis transport keeps every reserved (not yet acknowledged) message in this hash.
-UNACKED_KEY = "unacked"
+__all__ = ["Place", "Sighting", "call_ids_of", "locate"]
 
 
 class Place:
@@ -54,32 +56,18 @@ class Sighting:
 def call_ids_of(raw: bytes | str) -> set[str]:
     """The call ids a kombu message carries: its task id (``call_id[.attempt]``) and, for a
     ``toolfleet.execute_many`` message, the call_id of every call in its body."""
-    try:
-        payload = json.loads(raw)
-        if isinstance(payload, list):  # an ``unacked`` entry: [message, exchange, routing_key]
-            payload = payload[0]
-        headers = payload.get("headers") or {}
-    except (ValueError, AttributeError, IndexError, TypeError):
+    message = decode_message(raw)
+    if message is None:
         return set()
     found: set[str] = set()
-    task_id = headers.get("id")
-    if isinstance(task_id, str):
-        found.add(task_id.split(".", 1)[0])
-    if headers.get("task") != "toolfleet.execute":
-        found.update(_body_call_ids(payload))
+    if message.task_id is not None:
+        found.add(message.task_id.split(".", 1)[0])
+    if message.task_name != EXECUTE_TASK:
+        found.update(_body_call_ids(message.body()))
     return found
 
 
-def _body_call_ids(payload: dict[str, Any]) -> set[str]:
-    body: Any = payload.get("body")
-    if not isinstance(body, str | bytes):
-        return set()
-    try:
-        if payload.get("properties", {}).get("body_encoding") == "base64":
-            body = base64.b64decode(body)
-        decoded = json.loads(body)
-    except (ValueError, TypeError):
-        return set()
+def _body_call_ids(decoded: Any) -> set[str]:
     found: set[str] = set()
     stack: list[Any] = [decoded]
     depth = 0
@@ -111,18 +99,17 @@ async def locate(
     async with client.pipeline(transaction=True) as pipe:
         pipe.mget([keys.event(c) for c in call_ids])
         pipe.mget([keys.started(c) for c in call_ids])
-        for queue in queue_names:
-            pipe.lrange(queue, 0, -1)
-        pipe.hvals(UNACKED_KEY)
+        read_queued_and_reserved(pipe, queue_names)
         replies = await pipe.execute()
     records, markers = replies[0], replies[1]
+    waiting, reservations = split_queued_and_reserved(replies[2:], queue_names)
     queued: dict[str, str] = {}
-    for queue, messages in zip(queue_names, replies[2:-1], strict=True):
+    for queue, messages in waiting.items():
         for raw in messages:
             for call_id in call_ids_of(raw):
                 queued.setdefault(call_id, queue)
     reserved: set[str] = set()
-    for raw in replies[-1]:
+    for raw in reservations:
         reserved.update(call_ids_of(raw))
     now = time.time() if now_s is None else now_s
     found: dict[str, Sighting] = {}

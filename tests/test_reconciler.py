@@ -135,7 +135,8 @@ def test_locate_tells_queued_reserved_started_finished_and_nowhere(
 
     import redis.asyncio as aioredis
 
-    from dispatcher.whereabouts import UNACKED_KEY, Place, locate
+    from dispatcher.kombu_internals import UNACKED_KEY
+    from dispatcher.whereabouts import Place, locate
     from schemas.keys import Keys
     from workers.store import StartedMarker
 

@@ -177,6 +177,7 @@ def fleet_status(settings: Settings, *, timeout_s: float) -> dict[str, Any]:
     """Workers online (with their running calls), queue depths and calls in flight."""
     import redis
 
+    from dispatcher.kombu_internals import count_queued, count_reserved
     from schemas.keys import Keys
     from workers.app import create_app, redis_url_of
 
@@ -189,12 +190,12 @@ def fleet_status(settings: Settings, *, timeout_s: float) -> dict[str, Any]:
         client = redis.Redis.from_url(redis_url_of(app))
         try:
             queues = {
-                queue: sum(int(client.llen(key)) for key in client.scan_iter(match=f"{queue}*"))
+                queue: count_queued(client, queue)
                 for queue in (settings.sync_queue, settings.async_queue)
             }
             running = running_by_worker(client, Keys(settings.key_prefix))
             in_flight = sum(running.values())
-            unacked = int(client.hlen("unacked"))
+            unacked = count_reserved(client)
             orphaned = orphaned_batches(client, Keys(settings.key_prefix))
         finally:
             client.close()

@@ -22,6 +22,7 @@ from typing import IO
 import redis
 
 from dispatcher.cli.children import free_port, log_tail, spawn, stop_group
+from dispatcher.kombu_internals import drop_every_message
 from schemas.errors import ConfigurationError, EmbeddedStartError
 from schemas.settings import ENV_PREFIX, Settings
 
@@ -244,10 +245,6 @@ def purge_queues(url: str, settings: Settings) -> None:
     """Drop calls left queued or unacked by an interrupted earlier run: their caller is gone."""
     client = redis.Redis.from_url(redis_py_url(url))
     try:
-        doomed: list[bytes | str] = []
-        for queue in (settings.sync_queue, settings.async_queue):
-            doomed.extend(client.scan_iter(match=f"{queue}*"))
-        doomed.extend(["unacked", "unacked_index", "unacked_mutex"])
-        client.delete(*doomed)
+        drop_every_message(client, (settings.sync_queue, settings.async_queue))
     finally:
         client.close()
