@@ -5,11 +5,20 @@ from __future__ import annotations
 
 import json
 import re
+import signal
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.cli_support import no_processes_left, toolfleet
+from tests.cli_support import (
+    REPO_ROOT,
+    cli_env,
+    no_processes_left,
+    toolfleet,
+    toolfleet_argv,
+    wait_until,
+)
 
 pytestmark = pytest.mark.slow  # real processes: embedded Redis and workers
 
@@ -56,3 +65,40 @@ def test_demo_then_history_on_a_fresh_home(tmp_path: Path) -> None:
     assert "48 messages" in table.stdout and "delete_files" in table.stdout
     assert "error: ValueError" in table.stdout
     no_processes_left(home)
+
+
+def test_ctrl_c_during_the_demo_stops_it_and_keeps_its_history(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    # 40 blocking calls of 0.4 s on two processes: about 8 s of work to interrupt.
+    proc = subprocess.Popen(
+        toolfleet_argv("demo", "--sync-calls", "40", "--async-calls", "2"),
+        cwd=REPO_ROOT,
+        env=cli_env(home),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+
+        def running() -> bool:
+            status = toolfleet("status", "--json", home=home)
+            return status.returncode == 0 and json.loads(status.stdout)["in_flight"] > 0
+
+        wait_until(running, timeout_s=90, interval_s=0.2, what="the demo's calls running")
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    match = re.search(r"toolfleet history ([0-9a-f-]{36})", stderr)
+    assert match, stderr
+    no_processes_left(home)
+    history = toolfleet("history", match.group(1), "--json", home=home)
+    assert history.returncode == 0, history.stderr
+    statuses = {e["execution"]["status"] for e in json.loads(history.stdout)["events"]}
+    assert "cancelled" in statuses, statuses

@@ -367,4 +367,17 @@ def _check_external_broker(settings: Any) -> None:
 def _demo(args: argparse.Namespace) -> int:
     from dispatcher.cli.demo import run_demo
 
-    return run_demo(sync_calls=args.sync_calls, async_calls=args.async_calls, execute=_execute)
+    branch_id = str(uuid.uuid4())
+
+    def execute(*positional: Any, **options: Any) -> tuple[str, list[CallRecord], float]:
+        return _execute(*positional, branch_id=branch_id, **options)
+
+    try:
+        return run_demo(sync_calls=args.sync_calls, async_calls=args.async_calls, execute=execute)
+    except KeyboardInterrupt:
+        print(
+            "toolfleet demo: interrupted; its private fleet was stopped. What had run is in "
+            f"`toolfleet history {branch_id}`",
+            file=sys.stderr,
+        )
+        return EXIT_INTERRUPTED
