@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from collections.abc import Callable, Sequence
 
 import redis.asyncio as aioredis
@@ -36,6 +37,8 @@ CHECK_INTERVAL_S = 0.5
 RESTART_GRACE_S = 3.0
 # An unreachable broker fails the awaited calls after this long (it may never come back).
 OUTAGE_LIMIT_S = 30.0
+# The broker mark is rewritten this often (and lives twice as long).
+_MARK_REFRESH_S = 3600.0
 
 
 class BrokerWatch:
@@ -52,6 +55,7 @@ class BrokerWatch:
         clock: Callable[[], float] = time.monotonic,
         outage_limit_s: float = OUTAGE_LIMIT_S,
         queues: Sequence[str] = (),
+        on_restart: Callable[[], None] | None = None,
     ) -> None:
         self.client = client
         self.collector = collector
@@ -63,6 +67,10 @@ class BrokerWatch:
         # The queues a restart is checked against: a broker that kept its data (appendonly)
         # still holds the queued and reserved messages, and those calls are not lost.
         self.queues = tuple(queues)
+        self.on_restart = on_restart  # told of each restart (the reconciler: see there)
+        # Found again after a restart = the broker kept its data (issue 12, bench/chaos.py).
+        self._mark = keys.broker_mark(uuid.uuid4().hex)
+        self._marked_at = float("-inf")
         # Connection pools whose idle connections a restart leaves stale: redis-py does not
         # retry a pipeline on one, so the first history write after a restart would fail.
         self._pools = tuple(pools)
@@ -109,7 +117,16 @@ class BrokerWatch:
         self._down_since = None
         run_id = str(info.get("run_id", ""))
         previous, self._run_id = self._run_id, run_id
-        if previous is not None and run_id != previous:
+        restarted = previous is not None and run_id != previous
+        try:
+            kept_data = restarted and bool(await self.client.exists(self._mark))
+            if restarted or self._clock() - self._marked_at > _MARK_REFRESH_S:
+                await self.client.set(self._mark, run_id, ex=int(_MARK_REFRESH_S * 2))
+                self._marked_at = self._clock()
+        except (RedisError, OSError):
+            self._run_id = previous  # not handled yet: the next check sees the restart again
+            return
+        if restarted:
             log.warning(
                 "broker %s restarted (run_id %s -> %s); reconciling calls in flight",
                 self.broker_url,
@@ -118,12 +135,19 @@ class BrokerWatch:
             )
             for pool in self._pools:
                 await pool.disconnect(inuse_connections=False)
+            if self.on_restart is not None:
+                self.on_restart()
             await asyncio.sleep(RESTART_GRACE_S)
-            await self.reconcile()
+            await self.reconcile(kept_data=kept_data)
 
-    async def reconcile(self) -> None:
+    async def reconcile(self, *, kept_data: bool = False) -> None:
         """Deliver the stored record of each awaited call; fail the calls the restart lost:
-        no record, and in no queue, not reserved and not started on the new instance."""
+        no record, and in no queue, not reserved and not started on the new instance.
+
+        With ``kept_data`` (the broker came back with its data) a call found nowhere is not
+        failed: it is being enqueued again (the enqueue retries through the outage) or in
+        transit, and the reconciler republishes it once if it stays nowhere (C7 keeps that
+        safe, since its record would have survived too)."""
         awaited = self.collector.awaited()
         if not awaited:
             return
@@ -140,6 +164,14 @@ class BrokerWatch:
             # worker-lost rules watch them), only those found nowhere were lost.
             sightings = await locate(self.client, self.keys, [c for c, _ in lost], self.queues)
             lost = [(c, a) for c, a in lost if sightings[c].place == Place.NOWHERE]
+            if kept_data and lost:
+                log.warning(
+                    "broker %s restart: it kept its data; %d call(s) not seen yet are left to "
+                    "the reconciler",
+                    self.broker_url,
+                    len(lost),
+                )
+                lost = []
         for call_id, attempt in lost:
             self.collector.fail(
                 call_id,

@@ -67,6 +67,7 @@ class LoopBinding:
             publish,
             self.dispatcher_id,
         )
+        self.watch.on_restart = self.reconciler.broker_restarted
         self.reconciler.start()
         self._closed = False
         self._sentinel_ended = False

@@ -128,6 +128,15 @@ class Reconciler:
             except (RedisError, OSError) as exc:
                 log.debug("reconciler: presence check failed: %s", exc)
 
+    def broker_restarted(self) -> None:
+        """A broker restart drops the messages its consumers had popped but not yet recorded
+        as reserved (kombu's window), so a call republished once may be lost again through no
+        fault of its own: each restart earns every tracked call one more republish (C7 keeps a
+        duplicate harmless)."""
+        for tracked in self._tracked.values():
+            tracked.republished = False
+            tracked.nowhere_since_s = None
+
     @property
     def tracked(self) -> int:
         return len(self._tracked)

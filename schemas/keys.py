@@ -20,6 +20,11 @@ class Keys:
         stopped it (a sync call that ran on through a cancel or deadline; issue 12 item 7)."""
         return f"{self.prefix}:late:{call_id}"
 
+    def broker_mark(self, watcher_id: str) -> str:
+        """String: written by a dispatcher's broker watch; found again after a broker restart,
+        it says the broker kept its data (append-only file), so queued calls survived."""
+        return f"{self.prefix}:broker-mark:{watcher_id}"
+
     def started(self, call_id: str) -> str:
         """String: set while a worker runs a call; found on redelivery = the worker was lost."""
         return f"{self.prefix}:started:{call_id}"
