@@ -38,7 +38,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Warm up: imports, connections, the collector; what a dispatcher costs at rest.
         client.run_batch("echo", [{"value": 0}] * 10, timeout_s=60)
         baseline_kb = vm_kb("VmRSS")
-        wall_s = client.run_batch("echo", [{"value": i} for i in range(args.calls)], timeout_s=3600)
+        # The window bounds what is in flight (C8); without it the batched client would put
+        # the whole batch in flight at once and measure that instead of the history.
+        calls = [{"value": i} for i in range(args.calls)]
+        wall_s = client.run_batch("echo", calls, timeout_s=3600, max_concurrent=args.window)
     line = {
         "calls": args.calls,
         "wall_s": wall_s,

@@ -334,6 +334,7 @@ def latency(ctx: Context) -> list[Result]:
 
 
 RSS_LIMIT_MB = 250.0
+RETAINED_LIMIT_BYTES = 2048.0
 
 
 def rss(ctx: Context) -> list[Result]:
@@ -371,6 +372,11 @@ def rss(ctx: Context) -> list[Result]:
     big.ratios["peak_vs_smaller_batch"] = big.extra["peak_rss_mb"] / small.extra["peak_rss_mb"]
     peak = big.extra["peak_rss_mb"]
     big.targets.append(_target(f"rss peak < {RSS_LIMIT_MB:g} MB", peak, peak < RSS_LIMIT_MB))
+    if "growth_bytes_per_call" in big.extra:
+        # Peak growth between the two sizes bounds what each extra call leaves behind.
+        per_call = big.extra["growth_bytes_per_call"]
+        met = per_call <= RETAINED_LIMIT_BYTES
+        big.targets.append(_target("rss growth <= 2 KB per call", per_call, met))
     return results
 
 

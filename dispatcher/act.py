@@ -17,7 +17,7 @@ from dispatcher.cancel import cancelled_error, settle_calls, stopped_result
 from dispatcher.context import CallContext, new_call_id
 from dispatcher.envelope import normalize_batch
 from dispatcher.fleet import Fleet
-from dispatcher.history import Unit
+from dispatcher.history import Kept, Unit
 from dispatcher.journal import BatchJournal
 from dispatcher.recorder import HistoryRecorder
 from dispatcher.transaction import (
@@ -125,7 +125,7 @@ class Batch:
         await self._journal.finish()
         return self._results(units)
 
-    def _results(self, units: list[Unit | None]) -> list[Any]:
+    def _results(self, units: list[Kept | None]) -> list[Any]:
         results: list[Any] = []
         first_error: BaseException | None = None
         for unit in units:

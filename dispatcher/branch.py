@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from dispatcher.act import Batch
+from dispatcher.compact import CompactList
 from dispatcher.context import CallContext
 from dispatcher.fleet import Fleet, default_fleet
 from dispatcher.history import load_records
@@ -77,14 +78,19 @@ class Branch:
         return default_fleet()
 
     @property
-    def messages(self) -> list[Message]:
-        """The history: ActionRequest, then its linked ActionResponse, per call, in order."""
+    def messages(self) -> CompactList[Message]:
+        """The history: ActionRequest, then its linked ActionResponse, per call, in order.
+
+        A read-only sequence: the newest messages are the objects written, older ones are
+        kept compressed and decoded on access (dispatcher.compact)."""
         return self._recorder.history.messages
 
     @property
     def events(self) -> list[dict[str, Any]]:
-        """The logged execution records (one per attempt; ABORTED for calls never run)."""
-        return self._recorder.history.events
+        """The logged execution records (one per attempt; ABORTED for calls never run).
+
+        A new list on each access (JSON-serializable as is), decoded from the compact form."""
+        return list(self._recorder.history.events)
 
     def on_message(self, callback: MessageCallback) -> MessageCallback:
         """Call ``callback(message)`` after each message is written; failures are isolated

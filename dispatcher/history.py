@@ -17,6 +17,7 @@ import redis.asyncio as aioredis
 from pydantic import TypeAdapter
 from pydantic_core import PydanticSerializationError
 
+from dispatcher.compact import CompactList
 from dispatcher.context import new_call_id
 from dispatcher.durable import Chunk, DurableLog
 from schemas.action import ActionResponseModel
@@ -30,7 +31,7 @@ from schemas.messages import (
 )
 from schemas.serialize import to_jsonable
 
-__all__ = ["BranchHistory", "Unit", "link_pair", "load_records"]
+__all__ = ["BranchHistory", "Kept", "Unit", "link_pair", "load_records"]
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +52,18 @@ class Unit:
     # TOOL_POST or TOOL_ERROR payload, emitted just before the unit is written.
     hook_point: str | None = None
     hook_payload: dict[str, Any] = field(default_factory=dict)
+
+    def kept(self) -> Kept:
+        """What act() holds on to until it returns: not the history (issue 16)."""
+        return Kept(self.result, self.raise_after)
+
+
+@dataclass(frozen=True, slots=True)
+class Kept:
+    """One call's part of act()'s return value: its result, or the error to raise."""
+
+    result: ActionResponseModel
+    raise_after: BaseException | None = None
 
 
 def link_pair(
@@ -103,8 +116,9 @@ class BranchHistory:
 
     def __init__(self, branch_id: str) -> None:
         self.branch_id = branch_id
-        self.messages: list[Message] = []
-        self.events: list[dict[str, Any]] = []
+        # Compact (issue 16): the newest items as objects, older ones compressed JSON lines.
+        self.messages: CompactList[Message] = CompactList(_message_json, _MESSAGE.validate_json)
+        self.events: CompactList[dict[str, Any]] = CompactList(_event_json, json.loads)
         # Redis writes not yet applied (a broker outage), retried in order (issue 12).
         self.durable = DurableLog(branch_id)
 
@@ -126,19 +140,24 @@ class BranchHistory:
         if not units:
             return None
         failure: str | None = None
+        events = [e for u in units for e in u.events]
+        messages = [m for u in units for m in (u.request, u.response)]
+        encoded_events: list[str] | None = None
+        encoded_messages: list[str] | None = None
         if client is not None:
+            encoded_events = [_event_json(e) for e in events]
+            encoded_messages = [_message_json(m) for m in messages]
             chunk = Chunk(
-                events=[_event_json(e) for u in units for e in u.events],
-                messages=[_message_json(m) for u in units for m in (u.request, u.response)],
+                events=encoded_events,
+                messages=encoded_messages,
                 units=len(units),
                 first_call_id=units[0].call_id,
                 progress=progress,
             )
             failure = await self.durable.write(client, keys, chunk, record_ttl_s)
-        for unit in units:
-            self.events.extend(unit.events)
-            self.messages.append(unit.request)
-            self.messages.append(unit.response)
+        # The Redis lines are the compact form too: folding them costs no second encoding.
+        self.events.extend(events, encoded_events)
+        self.messages.extend(messages, encoded_messages)
         return failure
 
 

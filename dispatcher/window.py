@@ -12,7 +12,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Generic, TypeVar, cast
 
-from dispatcher.history import Unit
+from dispatcher.history import Kept, Unit
 
 __all__ = ["Window"]
 
@@ -38,20 +38,21 @@ class Window(Generic[T]):
         self._stops = stops
         self.stopped = False
 
-    async def sequential(self, items: Sequence[T]) -> list[Unit | None]:
-        units: list[Unit | None] = [None] * len(items)
+    async def sequential(self, items: Sequence[T]) -> list[Kept | None]:
+        # Only each call's result is kept here; its history goes to the writer (issue 16).
+        units: list[Kept | None] = [None] * len(items)
         for index, item in enumerate(items):
             unit = await self._run(item, index)
-            units[index] = unit
+            units[index] = unit.kept()
             await self._complete(index, unit)
             if self._stops(unit):
                 break
         return units
 
-    async def concurrent(self, items: Sequence[T]) -> list[Unit | None]:
+    async def concurrent(self, items: Sequence[T]) -> list[Kept | None]:
         # A task exists only for a call inside the window (C8), so a 100,000-call batch holds
         # `size` tasks at a time, not one per call waiting on the semaphore.
-        units: list[Unit | None] = [None] * len(items)
+        units: list[Kept | None] = [None] * len(items)
         running: set[asyncio.Task[None]] = set()
         failed: list[asyncio.Task[None]] = []
 
@@ -82,12 +83,12 @@ class Window(Generic[T]):
             raise
         return units
 
-    async def _windowed(self, index: int, item: T, units: list[Unit | None]) -> None:
+    async def _windowed(self, index: int, item: T, units: list[Kept | None]) -> None:
         try:
             unit = None if self.stopped else await self._run(item, index)
         finally:
             self._slots.release()
-        units[index] = unit
+        units[index] = None if unit is None else unit.kept()
         if unit is not None and self._stops(unit):
             self.stopped = True
         await self._complete(index, unit)
