@@ -46,3 +46,38 @@ def test_events_fold_as_json_and_compare_like_lists() -> None:
     assert [*events, {"n": 9}] == [*records, {"n": 9}]
     with pytest.raises(IndexError, match="index 9"):
         events[9]
+
+
+def test_results_share_their_field_names_and_stay_independent() -> None:
+    """A 100,000-call act() returns 100,000 results: each must not carry its own name set."""
+    import tracemalloc
+
+    from schemas.action import ActionResponseModel
+    from schemas.status import EventStatus
+
+    def result(i: int) -> ActionResponseModel:
+        return ActionResponseModel(
+            function="echo",
+            arguments={"value": i},
+            output=i,
+            status=EventStatus.COMPLETED,
+            error=None,
+            call_id=f"call-{i}",
+            tool_call_id=f"call-{i}",
+        )
+
+    first, second = result(1), result(2)
+    assert first.model_fields_set is second.model_fields_set
+    first.output = "changed"
+    assert second.output == 2 and second.model_fields_set == set(ActionResponseModel.model_fields)
+    partial = ActionResponseModel(function="echo")
+    assert partial.model_fields_set == {"function"}  # only full results share
+
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        kept = [result(i) for i in range(2000)]
+        per_result = (tracemalloc.get_traced_memory()[0] - before) / len(kept)
+    finally:
+        tracemalloc.stop()
+    assert per_result < 1000, per_result  # about 0.8 KB with its strings; 1.5 KB unshared
