@@ -6,7 +6,10 @@ history stored in Redis (not the dispatcher's memory):
 
 - lost: a call that did not end as the rules say it may (COMPLETED after it ran, or one of the
   failures the test allows — e.g. WorkerLostError for a non-idempotent call that did start);
-- finished_rerun: a call that started again after a run of it had finished;
+- finished_rerun: a call that started again after a run of it had finished on a process that
+  was not killed (a run whose process was killed after its tool ended but before it recorded
+  the outcome is, to the fleet, a worker lost mid-call: an idempotent call then runs again,
+  counted in ``rerun_after_lost_record``);
 - rerun_not_idempotent: a non-idempotent call that started more than once;
 - unpaired: a call without exactly one linked request/response pair in Redis history.
 """
@@ -43,6 +46,7 @@ __all__ = [
     "Verdict",
     "act_through",
     "chaos_calls",
+    "group_pids",
     "judge",
     "stored_branch",
     "stored_results",
@@ -153,6 +157,19 @@ class Ledger:
         return marks
 
 
+def group_pids(pgid: int) -> set[int]:
+    """Every process now in process group ``pgid`` (a worker and its prefork children)."""
+    pids: set[int] = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == pgid:  # after the command: state, ppid, pgrp
+            pids.add(int(stat.parent.name))
+    return pids
+
+
 def chaos_calls(
     ledger: Ledger, functions: Sequence[str], n: int, seconds: Callable[[int], float]
 ) -> list[dict[str, Any]]:
@@ -179,6 +196,7 @@ class Verdict:
     reruns: int = 0
     cut_short: int = 0
     claimed_not_run: int = 0
+    rerun_after_lost_record: int = 0
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -191,6 +209,7 @@ class Verdict:
             "reruns": self.reruns,
             "cut_short": self.cut_short,
             "claimed_not_run": self.claimed_not_run,
+            "rerun_after_lost_record": self.rerun_after_lost_record,
         }
 
     def assert_clean(self) -> None:
@@ -214,6 +233,7 @@ def judge(
     *,
     allowed_failures: Collection[str] = ("WorkerLostError",),
     never_started: Collection[str] = (),
+    killed_pids: Collection[int] = (),
 ) -> Verdict:
     """Count every way the batch broke the promise (see the module docstring).
 
@@ -224,6 +244,9 @@ def judge(
     may have run, the conservative answer — and counted in ``claimed_not_run``."""
     verdict = Verdict(calls=len(requests))
     marks = ledger.marks()
+    runs: dict[int, list[tuple[str, int]]] = defaultdict(list)  # token -> (phase, pid)
+    for phase, token, pid, _host in ledger.lines():
+        runs[token].append((phase, pid))
     for i, (request, result) in enumerate(zip(requests, results, strict=True)):
         token = request["arguments"]["token"]
         phases = marks.get(token, [])
@@ -244,7 +267,11 @@ def judge(
         verdict.reruns += max(0, phases.count("S") - 1)
         verdict.cut_short += phases.count("S") - phases.count("E")
         if "E" in phases and "S" in phases[phases.index("E") :]:
-            verdict.finished_rerun.append(token)
+            ended_by = next(pid for phase, pid in runs[token] if phase == "E")
+            if ended_by in killed_pids:
+                verdict.rerun_after_lost_record += 1
+            else:
+                verdict.finished_rerun.append(token)
         if not request["function"].endswith("_once") and phases.count("S") > 1:
             verdict.rerun_not_idempotent.append(token)
     verdict.unpaired = _unpaired(stored, results)
