@@ -105,6 +105,12 @@ def _transport_options(settings: Settings) -> dict[str, float]:
         "visibility_timeout": settings.visibility_timeout_s,
         "unacked_restore_interval": max(1.0, min(10.0, settings.visibility_timeout_s / 2)),
         "unacked_restore_throttle": 1,
+        # The sweep holds a Redis lock; a worker SIGKILLed while holding it blocks every
+        # other worker's sweep until it expires (kombu: 300 s), so a dead worker's calls
+        # waited 5 minutes (issue 12, bench/chaos.py). Scale it to the visibility timeout
+        # too: a sweep takes milliseconds, and two overlapping sweeps at worst deliver a call
+        # twice, which its call_id record makes a no-op (C7).
+        "unacked_mutex_expire": max(5, min(300, int(settings.visibility_timeout_s / 2))),
     }
 
 
