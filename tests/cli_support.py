@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import os
+import pty
+import select
+import signal
 import subprocess
 import sys
 import time
@@ -135,3 +138,47 @@ def read_jsonl(text: str) -> list[dict[str, Any]]:
 
 def batch_text(lines: Sequence[str]) -> str:
     return "\n".join(lines) + "\n"
+
+
+def _read_pty(master: int, proc: subprocess.Popen[bytes], timeout_s: float) -> bytes:
+    chunks: list[bytes] = []
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([master], [], [], 0.1)
+        if ready:
+            try:
+                data = os.read(master, 65536)
+            except OSError:  # EIO: the child closed the terminal
+                break
+            if not data:
+                break
+            chunks.append(data)
+        elif proc.poll() is not None:
+            break
+    return b"".join(chunks)
+
+
+def toolfleet_on_terminal(*args: str, env: Mapping[str, str], timeout_s: float) -> tuple[int, str]:
+    """Run ``toolfleet *args`` on a pseudo-terminal (so it draws as for a person) in a session
+    of its own; its exit status and everything it wrote to the terminal. Killed (the whole
+    session) if it has not ended after ``timeout_s`` plus 30 s."""
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(
+        toolfleet_argv(*args),
+        cwd=REPO_ROOT,
+        env=dict(env),
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        start_new_session=True,
+    )
+    os.close(slave)
+    try:
+        screen = _read_pty(master, proc, timeout_s=timeout_s).decode(errors="replace")
+        returncode = proc.wait(timeout=30)
+    finally:
+        os.close(master)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return returncode, screen

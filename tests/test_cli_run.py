@@ -4,12 +4,8 @@ for the progress bar, SIGINT mid-batch), and the same run against an external Re
 from __future__ import annotations
 
 import json
-import os
-import pty
-import select
 import signal
 import subprocess
-import time
 from datetime import datetime
 from itertools import pairwise
 from pathlib import Path
@@ -28,6 +24,7 @@ from tests.cli_support import (
     redis_pids_for,
     toolfleet,
     toolfleet_argv,
+    toolfleet_on_terminal,
     wait_until,
 )
 from tests.fleet import WorkerProcess
@@ -116,24 +113,6 @@ def test_run_json_on_embedded_default(tmp_path: Path) -> None:
     assert (home / ".toolfleet" / "embedded" / "dump.rdb").exists()
 
 
-def _read_pty(master: int, proc: subprocess.Popen[bytes], timeout_s: float) -> bytes:
-    chunks: list[bytes] = []
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([master], [], [], 0.1)
-        if ready:
-            try:
-                data = os.read(master, 65536)
-            except OSError:  # EIO: the child closed the terminal
-                break
-            if not data:
-                break
-            chunks.append(data)
-        elif proc.poll() is not None:
-            break
-    return b"".join(chunks)
-
-
 def test_run_shows_progress_and_summary_on_a_terminal(tmp_path: Path) -> None:
     home = tmp_path / "home"
     home.mkdir()
@@ -141,25 +120,14 @@ def test_run_shows_progress_and_summary_on_a_terminal(tmp_path: Path) -> None:
     slow = '{"function": "sleep_async", "arguments": {"seconds": 2}}'
     fast = ['{"function": "sleep_async", "arguments": {"seconds": 0.1}}'] * 5
     batch.write_text(batch_text([slow, *fast, '{"function": "fail", "arguments": {}}', "{oops"]))
-    master, slave = pty.openpty()
-    proc = subprocess.Popen(
-        toolfleet_argv("run", str(batch), "--tools", TOOLS),
-        cwd=REPO_ROOT,
+    returncode, screen = toolfleet_on_terminal(
+        "run",
+        str(batch),
+        "--tools",
+        TOOLS,
         env=cli_env(home, {"TERM": "xterm-256color"}),
-        stdin=slave,
-        stdout=slave,
-        stderr=slave,
-        start_new_session=True,
+        timeout_s=90,
     )
-    os.close(slave)
-    try:
-        screen = _read_pty(master, proc, timeout_s=90).decode(errors="replace")
-        returncode = proc.wait(timeout=30)
-    finally:
-        os.close(master)
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
     assert returncode == 1, screen
     assert "\x1b[" in screen  # drawn for a terminal, with colour and cursor control
     assert "calls/s" in screen and "ETA" in screen

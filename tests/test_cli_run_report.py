@@ -5,8 +5,6 @@ test's real workers)."""
 from __future__ import annotations
 
 import json
-import os
-import pty
 import re
 import signal
 import subprocess
@@ -18,9 +16,16 @@ from rich.console import Console
 
 from dispatcher.cli.call_record import CallRecord
 from dispatcher.cli.progress import render_problems
-from tests.cli_support import REPO_ROOT, batch_text, cli_env, toolfleet, toolfleet_argv, wait_until
+from tests.cli_support import (
+    REPO_ROOT,
+    batch_text,
+    cli_env,
+    toolfleet,
+    toolfleet_argv,
+    toolfleet_on_terminal,
+    wait_until,
+)
 from tests.fleet import WorkerProcess
-from tests.test_cli_run import _read_pty
 
 TOOLS = "tests.sample_tools"
 
@@ -55,25 +60,14 @@ def test_a_large_run_on_a_terminal_ends_with_its_failures_listed(
     lines[69] = '{"function": "no_such_tool", "arguments": {}}'
     batch = tmp_path / "calls.jsonl"
     batch.write_text(batch_text(lines))
-    master, slave = pty.openpty()
-    proc = subprocess.Popen(
-        toolfleet_argv("run", str(batch), "--tools", TOOLS),
-        cwd=REPO_ROOT,
+    returncode, screen = toolfleet_on_terminal(
+        "run",
+        str(batch),
+        "--tools",
+        TOOLS,
         env=cli_env(tmp_path, {"TERM": "xterm-256color", "TOOLFLEET_BROKER_URL": redis_url}),
-        stdin=slave,
-        stdout=slave,
-        stderr=slave,
-        start_new_session=True,
+        timeout_s=120,
     )
-    os.close(slave)
-    try:
-        screen = _read_pty(master, proc, timeout_s=120).decode(errors="replace")
-        returncode = proc.wait(timeout=30)
-    finally:
-        os.close(master)
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
     assert returncode == 1, screen
     plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", screen)
     assert "calls that did not complete: 3" in plain, plain
