@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from dispatcher.cli.tool_modules import add_tools_option, load_tool_modules, tool_modules
 from schemas.action import CallParams
 from schemas.errors import ConfigurationError, ToolfleetError
 
@@ -44,13 +45,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument(
-        "--tools",
-        action="append",
-        metavar="MODULE",
-        default=[],
-        help="module(s) defining the tools (comma-separated or repeated; added to TOOLFLEET_TOOLS)",
-    )
+    add_tools_option(parser)
     parser.add_argument("--transport", choices=("stdio", "http"), default="stdio")
     parser.add_argument(
         "--host", default="127.0.0.1", help="HTTP: address to bind (default 127.0.0.1)"
@@ -110,12 +105,7 @@ def _serve_command(args: argparse.Namespace) -> int:
     from schemas.settings import Settings
 
     settings = Settings.from_env()
-    extra = [m.strip() for value in args.tools for m in value.split(",") if m.strip()]
-    tools = (*settings.tools, *(m for m in extra if m not in settings.tools))
-    if not tools:
-        raise ConfigurationError(
-            "no tool modules: pass --tools MODULE or set TOOLFLEET_TOOLS=module[,module]"
-        )
+    tools = tool_modules(settings.tools, args.tools)
     try:
         import mcp  # noqa: F401
     except ImportError:
@@ -129,11 +119,7 @@ def _serve_command(args: argparse.Namespace) -> int:
             "who reaches it can run your tools (pass --token-env VAR)",
             file=sys.stderr,
         )
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    from workers.registry import registry
-
-    registry.load_modules(tools)  # a wrong module is one line here, not a worker crash later
+    load_tool_modules(tools)
     gates = [load_gate(spec) for spec in args.gate]
     params = CallParams(timeout_s=args.timeout_s) if args.timeout_s else None
 

@@ -10,7 +10,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import os
 import sys
 import uuid
 from collections.abc import Sequence
@@ -28,6 +27,7 @@ from dispatcher.cli.progress import (
     render_summary,
 )
 from dispatcher.cli.result_stream import ResultStream
+from dispatcher.cli.tool_modules import add_tools_option, load_tool_modules, tool_modules
 from schemas.errors import ConfigurationError, ToolfleetError
 
 __all__ = ["EXIT_INTERRUPTED", "read_batch", "register", "write_records"]
@@ -74,13 +74,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     run.add_argument("batch", metavar="BATCH", help="JSONL file of calls, or - for stdin")
-    run.add_argument(
-        "--tools",
-        action="append",
-        metavar="MODULE",
-        default=[],
-        help="module(s) defining the tools (comma-separated or repeated; added to TOOLFLEET_TOOLS)",
-    )
+    add_tools_option(run)
     run.add_argument(
         "--strategy",
         choices=("concurrent", "sequential"),
@@ -141,10 +135,6 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _split_modules(values: Sequence[str]) -> tuple[str, ...]:
-    return tuple(m.strip() for value in values for m in value.split(",") if m.strip())
-
-
 def read_batch(
     source: str,
     stdin: BinaryIO | None = None,
@@ -195,35 +185,18 @@ def _open_output(path: str) -> TextIO:
         ) from None
 
 
-def _importable_cwd() -> None:
-    # `toolfleet run --tools mytools` next to mytools.py must import it here as the workers
-    # do (they get the working directory on PYTHONPATH); a console script's sys.path lacks it.
-    cwd = os.getcwd()
-    if cwd not in sys.path:
-        sys.path.insert(0, cwd)
-
-
 def _run(args: argparse.Namespace) -> int:
     from schemas.settings import Settings
 
     settings = Settings.from_env()
-    tools = (*settings.tools, *(m for m in _split_modules(args.tools) if m not in settings.tools))
-    if not tools:
-        raise ConfigurationError(
-            "no tool modules: pass --tools MODULE or set TOOLFLEET_TOOLS=module[,module]"
-        )
+    tools = tool_modules(settings.tools, args.tools)
     notes: list[str] = []
     lines = read_batch(
         args.batch, max_line_bytes=2 * settings.max_argument_bytes + 4096, notes=notes
     )
     for note in notes:
         print(f"toolfleet run: note: {note}", file=sys.stderr)
-    _importable_cwd()
-    # Import the tools here first: a wrong module name is a one-line error before any
-    # process starts (the workers would fail on it too, after seconds).
-    from workers.registry import registry
-
-    registry.load_modules(tools)
+    load_tool_modules(tools)
     output = _open_output(args.output) if args.output else None
     err = Console(stderr=True)
     out = Console()

@@ -8,9 +8,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 from typing import Any
 
+from dispatcher.cli.tool_modules import add_tools_option, load_tool_modules, tool_modules
 from schemas.errors import ConfigurationError
 from workers.registry import registry
 from workers.specs import SPEC_FORMATS
@@ -39,13 +39,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    tools.add_argument(
-        "--tools",
-        action="append",
-        metavar="MODULE",
-        default=[],
-        help="module(s) defining the tools (comma-separated or repeated; added to TOOLFLEET_TOOLS)",
-    )
+    add_tools_option(tools)
     tools.add_argument(
         "--format",
         choices=SPEC_FORMATS,
@@ -64,18 +58,8 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
 
 
 def _tools(args: argparse.Namespace) -> int:
-    modules = [m.strip() for m in os.environ.get("TOOLFLEET_TOOLS", "").split(",")]
-    for value in args.tools:
-        modules.extend(m.strip() for m in value.split(","))
-    modules = [m for m in dict.fromkeys(modules) if m]
-    if not modules:
-        raise ConfigurationError(
-            "no tool modules: pass --tools MODULE or set TOOLFLEET_TOOLS=module[,module]"
-        )
-    # Like `toolfleet run`: a module beside the caller imports as the workers would import it.
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    registry.load_modules(modules)
+    # TOOLFLEET_TOOLS as written, not Settings: this command reads no other setting.
+    load_tool_modules(tool_modules([os.environ.get("TOOLFLEET_TOOLS", "")], args.tools))
     try:
         specs = registry.specs(args.format, names=args.name)
     except LookupError as exc:
