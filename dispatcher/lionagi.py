@@ -144,55 +144,47 @@ class FleetBridge:
             for r in results
         ]
 
-    async def _tool_pre(self, payload: dict[str, Any]) -> None:
+    async def _emit(self, point: str, payload: dict[str, Any], **fields: Any) -> None:
+        """Emit lionagi's hook ``point`` (a HookPoint name) for the call of ``payload`` on
+        the lionagi branch's hook bus, if it has one."""
         bus = self.lionagi_branch._hooks
-        if bus is not None:
-            from lionagi.hooks.bus import HookPoint as LionagiPoint
+        if bus is None:
+            return
+        from lionagi.hooks.bus import HookPoint as LionagiPoint
 
-            # blocking_emit: a guard's exception propagates, and toolfleet's TOOL_PRE rule
-            # (C3) then aborts just this call, as lionagi does.
-            await bus.emit(
-                LionagiPoint.TOOL_PRE,
-                tool_name=payload["tool_name"],
-                call_id=payload["call_id"],
-                args_summary=str(payload["arguments"])[:200],
-            )
+        await bus.emit(
+            LionagiPoint[point],
+            call_id=payload["call_id"],
+            tool_name=payload["tool_name"],
+            **fields,
+        )
+
+    async def _tool_pre(self, payload: dict[str, Any]) -> None:
+        # blocking_emit: a guard's exception propagates, and toolfleet's TOOL_PRE rule
+        # (C3) then aborts just this call, as lionagi does.
+        await self._emit("TOOL_PRE", payload, args_summary=str(payload["arguments"])[:200])
 
     async def _tool_post(self, payload: dict[str, Any]) -> None:
-        bus = self.lionagi_branch._hooks
-        if bus is not None:
-            from lionagi.hooks.bus import HookPoint as LionagiPoint
-
-            if payload.get("error") is not None:
-                # toolfleet's TOOL_POST follows every run; lionagi's TOOL_ERROR a failed one.
-                await bus.emit(
-                    LionagiPoint.TOOL_ERROR,
-                    call_id=payload["call_id"],
-                    tool_name=payload["tool_name"],
-                    error=RuntimeError(payload["error"]),
-                    duration=payload.get("duration"),
-                )
-                return
-            await bus.emit(
-                LionagiPoint.TOOL_POST,
-                call_id=payload["call_id"],
-                tool_name=payload["tool_name"],
-                result_summary=str(payload.get("response"))[:200],
+        if payload.get("error") is not None:
+            # toolfleet's TOOL_POST follows every run; lionagi's TOOL_ERROR a failed one.
+            await self._emit(
+                "TOOL_ERROR",
+                payload,
+                error=RuntimeError(payload["error"]),
                 duration=payload.get("duration"),
             )
+            return
+        await self._emit(
+            "TOOL_POST",
+            payload,
+            result_summary=str(payload.get("response"))[:200],
+            duration=payload.get("duration"),
+        )
 
     async def _tool_error(self, payload: dict[str, Any]) -> None:
-        bus = self.lionagi_branch._hooks
-        if bus is not None:
-            from lionagi.hooks.bus import HookPoint as LionagiPoint
-
-            await bus.emit(
-                LionagiPoint.TOOL_ERROR,
-                call_id=payload["call_id"],
-                tool_name=payload["tool_name"],
-                error=payload.get("error"),
-                duration=payload.get("duration"),
-            )
+        await self._emit(
+            "TOOL_ERROR", payload, error=payload.get("error"), duration=payload.get("duration")
+        )
 
     async def _mirror(self, message: Message) -> None:
         msgs = self.lionagi_branch.msgs

@@ -180,18 +180,25 @@ def render_summary(records: list[CallRecord], elapsed_s: float) -> Table:
 
 def render_results(records: list[CallRecord], *, width: int = 60) -> Table:
     """One row per result, in input order, for a person reading a small batch."""
-    table = Table(title="results", show_header=True, header_style="bold")
-    for column in ("line", "function", "outcome", "output / error"):
+    rows = [(r, r.error if r.error is not None else repr(r.output)) for r in records]
+    return _calls_table("results", "output / error", rows, width=width)
+
+
+def _calls_table(
+    title: str, last_column: str, rows: list[tuple[CallRecord, str]], *, width: int
+) -> Table:
+    """A row per call: its line, function and outcome, then ``text`` cut to ``width``."""
+    table = Table(title=title, show_header=True, header_style="bold")
+    for column in ("line", "function", "outcome", last_column):
         table.add_column(column, overflow="fold")
-    for record in records:
-        shown = record.error if record.error is not None else repr(record.output)
-        if len(shown) > width:
-            shown = shown[: width - 1] + "…"
+    for record, text in rows:
+        if len(text) > width:
+            text = text[: width - 1] + "…"
         table.add_row(
             str(record.line_no),
             record.function or "-",
             Text(record.outcome, style=_OUTCOME_STYLE[record.outcome]),
-            shown,
+            text,
         )
     return table
 
@@ -208,23 +215,12 @@ def render_problems(records: list[CallRecord], *, width: int = 80) -> Table | No
     if not problems:
         return None
     shown_rows = problems[:PROBLEMS_MAX_ROWS]
-    table = Table(
-        title=f"calls that did not complete: {len(problems)}",
-        show_header=True,
-        header_style="bold",
+    table = _calls_table(
+        f"calls that did not complete: {len(problems)}",
+        "error",
+        [(r, r.error or repr(r.output)) for r in shown_rows],
+        width=width,
     )
-    for column in ("line", "function", "outcome", "error"):
-        table.add_column(column, overflow="fold")
-    for record in shown_rows:
-        error = record.error or repr(record.output)
-        if len(error) > width:
-            error = error[: width - 1] + "…"
-        table.add_row(
-            str(record.line_no),
-            record.function or "-",
-            Text(record.outcome, style=_OUTCOME_STYLE[record.outcome]),
-            error,
-        )
     if len(problems) > len(shown_rows):
         more = len(problems) - len(shown_rows)
         table.caption = f"… and {more} more; every result is in --output / --json"
