@@ -19,6 +19,7 @@ from kombu.asynchronous.timer import Timer
 
 from schemas.settings import Settings
 from schemas.tasks import EXECUTE_TASK
+from tests.internals_support import change_message, parameters
 from workers import celery_internals
 from workers.app import create_app
 from workers.celery_internals import (
@@ -31,16 +32,11 @@ from workers.celery_internals import (
     install_enable_events,
 )
 
-WRITTEN = f"workers/celery_internals.py was written against Celery {CELERY_WRITTEN_AGAINST}"
-INSTALLED = f"Celery {celery.__version__} is installed"
-
-
-def changed(what: str) -> str:
-    return f"{what} — {WRITTEN}; {INSTALLED}: adapt workers/celery_internals.py"
-
-
-def parameters(function: object) -> list[str]:
-    return list(inspect.signature(function).parameters)  # type: ignore[arg-type]
+changed = change_message(
+    "workers/celery_internals.py",
+    f"Celery {CELERY_WRITTEN_AGAINST}",
+    f"Celery {celery.__version__}",
+)
 
 
 def source(function: object) -> str:

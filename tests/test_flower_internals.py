@@ -27,17 +27,13 @@ from dispatcher.cli.flower_internals import (
 from dispatcher.enqueue import _argsrepr
 from schemas.tool import Tool
 from schemas.wire import CallMessage
+from tests.internals_support import change_message, parameters
 
-WRITTEN = f"flower_internals.py was written against Flower {FLOWER_WRITTEN_AGAINST}"
-INSTALLED = f"Flower {flower.__version__} on Celery {celery.__version__} is installed"
-
-
-def changed(what: str) -> str:
-    return f"{what} — {WRITTEN}; {INSTALLED}: adapt dispatcher/cli/flower_internals.py"
-
-
-def parameters(function: object) -> list[str]:
-    return list(inspect.signature(function).parameters)  # type: ignore[arg-type]
+changed = change_message(
+    "dispatcher/cli/flower_internals.py",
+    f"Flower {FLOWER_WRITTEN_AGAINST}",
+    f"Flower {flower.__version__} on Celery {celery.__version__}",
+)
 
 
 def test_celery_event_state_builds_tasks_we_can_subclass_and_merge() -> None:

@@ -39,16 +39,16 @@ from dispatcher.whereabouts import call_ids_of
 from schemas.settings import Settings
 from schemas.tasks import EXECUTE_TASK
 from tests.fleet import make_call
+from tests.internals_support import change_message
 from tests.reliability_support import PrivateRedis
 from workers.app import create_app
 from workers.registry import registry
 
-WRITTEN = f"dispatcher/kombu_internals.py was written against kombu {KOMBU_WRITTEN_AGAINST}"
-INSTALLED = f"kombu {kombu.__version__} is installed"
-
-
-def changed(what: str) -> str:
-    return f"{what} — {WRITTEN}; {INSTALLED}: adapt dispatcher/kombu_internals.py"
+changed = change_message(
+    "dispatcher/kombu_internals.py",
+    f"kombu {KOMBU_WRITTEN_AGAINST}",
+    f"kombu {kombu.__version__}",
+)
 
 
 @pytest.fixture()
