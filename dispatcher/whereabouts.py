@@ -116,11 +116,27 @@ async def locate(
     for call_id, record, raw_marker in zip(call_ids, records, markers, strict=True):
         if record is not None:
             found[call_id] = Sighting(Place.FINISHED, record=record)
-        elif raw_marker is not None:
+        elif raw_marker is not None and not (
+            StartedMarker.from_json(raw_marker).is_stale(now)
+            and call_id not in reserved
+            and call_id not in queued
+        ):
             marker = StartedMarker.from_json(raw_marker)
             age_s = now - marker.beat_at
             found[call_id] = Sighting(
                 Place.STARTED, f"on {marker.worker}, heartbeat {age_s:.0f}s ago", marker=marker
+            )
+        elif raw_marker is not None and call_id not in reserved and call_id not in queued:
+            # Its worker died while it ran and its message is gone (no redelivery is coming):
+            # nobody will finish it. Found so twice, the reconciler republishes it once, and
+            # the worker that takes it applies the worker-lost rules (issue 12, bench/chaos.py:
+            # one call of 2,000 left act() waiting forever on a dead worker's marker).
+            marker = StartedMarker.from_json(raw_marker)
+            found[call_id] = Sighting(
+                Place.NOWHERE,
+                f"started on {marker.worker}, heartbeat {now - marker.beat_at:.0f}s ago, "
+                "its message gone",
+                marker=marker,
             )
         elif call_id in reserved:
             found[call_id] = Sighting(Place.RESERVED, "by a worker, not yet started")

@@ -142,12 +142,17 @@ def test_locate_tells_queued_reserved_started_finished_and_nowhere(
 
     keys = Keys(f"test-{uuid.uuid4().hex[:8]}")
     queue = f"{keys.prefix}.queue"
-    ids = {place: f"{place}-{uuid.uuid4().hex[:8]}" for place in ("q", "r", "s", "f", "n")}
+    ids = {place: f"{place}-{uuid.uuid4().hex[:8]}" for place in ("q", "r", "s", "f", "n", "d")}
     redis_client.rpush(queue, _message(ids["q"]))
     tag = uuid.uuid4().hex
     redis_client.hset(UNACKED_KEY, tag, json.dumps([json.loads(_message(ids["r"])), "", ""]))
     redis_client.set(keys.started(ids["s"]), StartedMarker.now("w1@host", 0).to_json())
     redis_client.set(keys.event(ids["f"]), b"{}")
+    # Started by a worker whose heartbeat stopped long ago, its message gone: nobody will
+    # finish it, so it counts as nowhere (the reconciler republishes it; issue 12).
+    live = StartedMarker.now("w2@host", 0)
+    dead = StartedMarker(worker=live.worker, pid=live.pid, attempt=0, beat_at=live.beat_at - 600)
+    redis_client.set(keys.started(ids["d"]), dead.to_json())
     try:
 
         async def look() -> dict[str, str]:
@@ -161,11 +166,14 @@ def test_locate_tells_queued_reserved_started_finished_and_nowhere(
         places = asyncio.run(look())
     finally:
         redis_client.hdel(UNACKED_KEY, tag)
-        redis_client.delete(queue, keys.started(ids["s"]), keys.event(ids["f"]))
+        redis_client.delete(
+            queue, keys.started(ids["s"]), keys.started(ids["d"]), keys.event(ids["f"])
+        )
     assert places == {
         ids["q"]: Place.QUEUED,
         ids["r"]: Place.RESERVED,
         ids["s"]: Place.STARTED,
         ids["f"]: Place.FINISHED,
         ids["n"]: Place.NOWHERE,
+        ids["d"]: Place.NOWHERE,
     }
