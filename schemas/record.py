@@ -25,7 +25,7 @@ from schemas.contract import safe_text
 from schemas.execution import Execution
 from schemas.function_calling import REDACTED, redact
 from schemas.serialize import jsonable_key, to_jsonable
-from schemas.status import EventStatus
+from schemas.status import EventStatus, check_status
 from schemas.tool import Tool
 from schemas.wire import CallMessage, CallResult
 
@@ -78,13 +78,7 @@ class EventRecord(BaseModel):
     @field_validator("execution")
     @classmethod
     def _has_status(cls, execution: dict[str, Any]) -> dict[str, Any]:
-        status: Any = execution.get("status")
-        try:
-            EventStatus(status)
-        except (ValueError, TypeError):
-            raise ValueError(
-                f"event execution status {status!r} is not one of {[s.value for s in EventStatus]}"
-            ) from None
+        check_status(execution)
         return execution
 
     @classmethod

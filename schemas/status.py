@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import StrEnum
+from typing import Any
 
-__all__ = ["TERMINAL_STATUSES", "EventStatus"]
+__all__ = ["TERMINAL_STATUSES", "EventStatus", "check_status"]
 
 
 class EventStatus(StrEnum):
@@ -30,3 +32,15 @@ TERMINAL_STATUSES = frozenset(
         EventStatus.ABORTED,
     }
 )
+
+
+def check_status(execution: Mapping[str, Any]) -> None:
+    """Raise ValueError unless ``execution["status"]`` is an EventStatus value: a record with
+    another fails where it is read, not later in its ``status``."""
+    status: Any = execution.get("status")
+    try:
+        EventStatus(status)
+    except (ValueError, TypeError):
+        raise ValueError(
+            f"event execution status {status!r} is not one of {[s.value for s in EventStatus]}"
+        ) from None

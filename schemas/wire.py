@@ -7,7 +7,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
 from schemas.execution import Execution
-from schemas.status import EventStatus
+from schemas.status import EventStatus, check_status
 
 __all__ = ["CallMessage", "CallResult"]
 
@@ -65,13 +65,7 @@ class CallResult(BaseModel):
                 f"event must hold an 'execution' dict (FunctionCalling.to_dict()), "
                 f"got {type(execution).__name__}"
             )
-        status: Any = execution.get("status")
-        try:
-            EventStatus(status)
-        except (ValueError, TypeError):
-            raise ValueError(
-                f"event execution status {status!r} is not one of {[s.value for s in EventStatus]}"
-            ) from None
+        check_status(execution)
         return event
 
     @property
