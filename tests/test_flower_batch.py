@@ -9,7 +9,6 @@ import uuid
 from typing import Any
 
 import pytest
-import redis
 
 from dispatcher import Branch, Fleet
 from schemas.action import ActionResponseModel, CallParams
@@ -17,8 +16,7 @@ from schemas.settings import Settings
 from schemas.status import EventStatus
 from tests.fleet import WorkerProcess, wait_for
 from tests.test_flower_cli import FlowerProcess
-from tests.test_flower_e2e import _api, _worker_online, flower  # noqa: F401  (the fixture)
-from workers.monitor import live_leases
+from tests.test_flower_e2e import _api, flower, wait_until_flower_watches  # noqa: F401  (the fixture)
 
 pytestmark = pytest.mark.usefixtures("sync_worker")
 
@@ -40,22 +38,7 @@ def test_each_call_of_a_batch_message_is_its_own_flower_task(
     fleet_settings: Settings,
     sync_worker: WorkerProcess,
 ) -> None:
-    wait_for(
-        lambda: _worker_online(flower, sync_worker.hostname),
-        timeout_s=_TIMEOUT_S,
-        interval_s=0.2,
-        what=f"Flower to receive heartbeats from {sync_worker.hostname}",
-    )
-    client = redis.Redis.from_url(fleet_settings.broker_url or "")
-    try:
-        wait_for(
-            lambda: sync_worker.hostname in live_leases(client, fleet_settings.key("monitor")),
-            timeout_s=_TIMEOUT_S,
-            interval_s=0.1,
-            what="the sync worker to take the monitor lease Flower asked for",
-        )
-    finally:
-        client.close()
+    wait_until_flower_watches(flower, fleet_settings, [sync_worker], _TIMEOUT_S)
 
     async def act() -> list[ActionResponseModel]:
         async with Fleet(fleet_settings) as fleet:

@@ -87,27 +87,7 @@ def observed(
     async_worker: WorkerProcess,
 ) -> Observed:
     workers = {"sync": sync_worker, "async": async_worker}
-    # Flower only sees events sent while it listens: wait until it has heard both workers.
-    for worker in workers.values():
-        wait_for(
-            lambda w=worker: _worker_online(flower, w.hostname),  # type: ignore[misc]
-            timeout_s=_FLOWER_EVENTS_TIMEOUT_S,
-            interval_s=0.2,
-            what=f"Flower to receive heartbeats from {worker.hostname}",
-        )
-    # Task events are off until a monitor asks: toolfleet flower asks as it starts, and each
-    # worker records its lease; only then are the calls' events sure to be sent.
-    client = redis.Redis.from_url(fleet_settings.broker_url or "")
-    try:
-        wait_for(
-            lambda: {w.hostname for w in workers.values()}
-            <= set(live_leases(client, fleet_settings.key("monitor"))),
-            timeout_s=_FLOWER_EVENTS_TIMEOUT_S,
-            interval_s=0.1,
-            what="both workers to take the monitor lease Flower asked for",
-        )
-    finally:
-        client.close()
+    wait_until_flower_watches(flower, fleet_settings, list(workers.values()))
 
     async def act() -> tuple[str, list[ActionResponseModel]]:
         async with Fleet(fleet_settings) as fleet:
@@ -249,6 +229,38 @@ def test_metrics_count_the_calls(observed: Observed) -> None:
         if metric == "flower_task_runtime_seconds_count" and ("task", "tool:add") in labels
     )
     assert runtime_count >= 1
+
+
+def wait_until_flower_watches(
+    flower: FlowerProcess,
+    fleet_settings: Settings,
+    workers: list[WorkerProcess],
+    timeout_s: float = _FLOWER_EVENTS_TIMEOUT_S,
+) -> None:
+    """Wait until Flower has heard each of ``workers`` and each sends task events."""
+    # Flower only sees events sent while it listens: wait until it has heard every worker.
+    for worker in workers:
+        wait_for(
+            lambda w=worker: _worker_online(flower, w.hostname),  # type: ignore[misc]
+            timeout_s=timeout_s,
+            interval_s=0.2,
+            what=f"Flower to receive heartbeats from {worker.hostname}",
+        )
+    # Task events are off until a monitor asks: toolfleet flower asks as it starts, and each
+    # worker records its lease; only then are the calls' events sure to be sent.
+    client = redis.Redis.from_url(fleet_settings.broker_url or "")
+    try:
+        wait_for(
+            lambda: (
+                {w.hostname for w in workers}
+                <= set(live_leases(client, fleet_settings.key("monitor")))
+            ),
+            timeout_s=timeout_s,
+            interval_s=0.1,
+            what=f"{[w.hostname for w in workers]} to take the monitor lease Flower asked for",
+        )
+    finally:
+        client.close()
 
 
 def _worker_online(flower: FlowerProcess, hostname: str) -> bool:
