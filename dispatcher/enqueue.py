@@ -12,17 +12,16 @@ from typing import Any
 
 import redis
 from celery import Celery
-from kombu.exceptions import KombuError, OperationalError
-from kombu.utils.url import maybe_sanitize_url
+from kombu.exceptions import OperationalError
 
 from schemas import tracing
-from schemas.errors import BrokerError
 from schemas.function_calling import redact
 from schemas.keys import Keys
 from schemas.tasks import EXECUTE_TASK, task_id_for
 from schemas.tool import Tool
 from schemas.wire import CallMessage
 from workers.app import redis_url_of, settings_of
+from workers.batch_publish import publishing
 
 __all__ = [
     "ARGSREPR_MAX_CHARS",
@@ -51,34 +50,27 @@ def publish_calls(app: Celery, calls: Sequence[tuple[CallMessage, Tool]]) -> Non
     if not calls:
         return
     settings = settings_of(app)
-    try:
-        with app.producer_or_acquire() as producer:
-            for message, tool in calls:
-                options: dict[str, Any] = {}
-                queue = settings.async_queue if tool.kind == "async" else settings.sync_queue
-                limit_s = message.timeout_s or tool.timeout_s
-                if tool.kind != "async" and limit_s:
-                    # The prefork pool interrupts a blocking tool with SoftTimeLimitExceeded.
-                    options["soft_time_limit"] = limit_s
-                    options["time_limit"] = hard_limit_s(limit_s)
-                app.send_task(
-                    EXECUTE_TASK,
-                    args=(message.model_dump(mode="json"),),
-                    task_id=task_id_for(message),
-                    queue=queue,
-                    shadow=f"tool:{tool.function}",
-                    argsrepr=_argsrepr(message, tool),
-                    kwargsrepr="{}",
-                    producer=producer,
-                    headers=tracing.trace_headers((message,)),
-                    **options,
-                )
-    except (OperationalError, KombuError, redis.RedisError, OSError) as exc:
-        url = maybe_sanitize_url(str(app.conf.broker_url))
-        raise BrokerError(
-            f"cannot enqueue calls on broker {url}: {exc}; check that Redis is running and "
-            f"TOOLFLEET_BROKER_URL points at it"
-        ) from exc
+    with publishing(app, "calls") as producer:
+        for message, tool in calls:
+            options: dict[str, Any] = {}
+            queue = settings.async_queue if tool.kind == "async" else settings.sync_queue
+            limit_s = message.timeout_s or tool.timeout_s
+            if tool.kind != "async" and limit_s:
+                # The prefork pool interrupts a blocking tool with SoftTimeLimitExceeded.
+                options["soft_time_limit"] = limit_s
+                options["time_limit"] = hard_limit_s(limit_s)
+            app.send_task(
+                EXECUTE_TASK,
+                args=(message.model_dump(mode="json"),),
+                task_id=task_id_for(message),
+                queue=queue,
+                shadow=f"tool:{tool.function}",
+                argsrepr=_argsrepr(message, tool),
+                kwargsrepr="{}",
+                producer=producer,
+                headers=tracing.trace_headers((message,)),
+                **options,
+            )
 
 
 def is_outage(error: BaseException) -> bool:

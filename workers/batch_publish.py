@@ -7,8 +7,10 @@ call ids (never the arguments).
 
 from __future__ import annotations
 
+import contextlib
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import redis
 from celery import Celery
@@ -22,7 +24,7 @@ from schemas.tool import Tool
 from schemas.wire import CallMessage
 from workers.app_info import settings_of
 
-__all__ = ["DEFAULT_BATCH_SIZE", "batch_task_id", "publish_batched"]
+__all__ = ["DEFAULT_BATCH_SIZE", "batch_task_id", "publish_batched", "publishing"]
 
 # Large enough to amortize one Celery message over many echoes, small enough that a batch
 # of a slow tool does not hold a whole worker for long, and that a lost worker re-runs little.
@@ -54,31 +56,40 @@ def publish_batched(
         queue = settings.async_queue if tool.kind == "async" else settings.sync_queue
         by_queue.setdefault(queue, []).append((message, tool))
     task_ids = []
+    with publishing(app, "batched calls") as producer:
+        for queue, queued in by_queue.items():
+            for start in range(0, len(queued), batch_size):
+                chunk = queued[start : start + batch_size]
+                task_id = batch_task_id()
+                app.send_task(
+                    EXECUTE_MANY_TASK,
+                    args=([m.model_dump(mode="json") for m, _ in chunk],),
+                    task_id=task_id,
+                    queue=queue,
+                    shadow=_shadow(chunk),
+                    argsrepr=_argsrepr(chunk),
+                    kwargsrepr="{}",
+                    producer=producer,
+                    headers=tracing.trace_headers(m for m, _ in chunk),
+                )
+                task_ids.append(task_id)
+    return task_ids
+
+
+@contextlib.contextmanager
+def publishing(app: Celery, what: str) -> Iterator[Any]:
+    """One producer connection of ``app`` to publish ``what`` over. A broker or connection
+    error meanwhile is raised as BrokerError naming the broker (password masked), with the
+    error as its cause (dispatcher.enqueue.is_outage reads it)."""
     try:
         with app.producer_or_acquire() as producer:
-            for queue, queued in by_queue.items():
-                for start in range(0, len(queued), batch_size):
-                    chunk = queued[start : start + batch_size]
-                    task_id = batch_task_id()
-                    app.send_task(
-                        EXECUTE_MANY_TASK,
-                        args=([m.model_dump(mode="json") for m, _ in chunk],),
-                        task_id=task_id,
-                        queue=queue,
-                        shadow=_shadow(chunk),
-                        argsrepr=_argsrepr(chunk),
-                        kwargsrepr="{}",
-                        producer=producer,
-                        headers=tracing.trace_headers(m for m, _ in chunk),
-                    )
-                    task_ids.append(task_id)
+            yield producer
     except (OperationalError, KombuError, redis.RedisError, OSError) as exc:
         url = maybe_sanitize_url(str(app.conf.broker_url))
         raise BrokerError(
-            f"cannot enqueue batched calls on broker {url}: {exc}; check that Redis is "
-            f"running and TOOLFLEET_BROKER_URL points at it"
+            f"cannot enqueue {what} on broker {url}: {exc}; check that Redis is running and "
+            f"TOOLFLEET_BROKER_URL points at it"
         ) from exc
-    return task_ids
 
 
 def _shadow(chunk: Sequence[tuple[CallMessage, Tool]]) -> str:
