@@ -158,6 +158,16 @@ def _read_pty(master: int, proc: subprocess.Popen[bytes], timeout_s: float) -> b
     return b"".join(chunks)
 
 
+def as_at_a_terminal() -> None:
+    """``preexec_fn`` for a child that a test interrupts with SIGINT, as Ctrl-C at a terminal.
+
+    A shell starts background jobs with SIGINT ignored (no job control), and Python keeps an
+    ignored SIGINT ignored: under such a shell (CI, ``nohup``, ``cmd &``) the child would never
+    see the test's Ctrl-C. A terminal's foreground process always has the default handler.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def toolfleet_on_terminal(*args: str, env: Mapping[str, str], timeout_s: float) -> tuple[int, str]:
     """Run ``toolfleet *args`` on a pseudo-terminal (so it draws as for a person) in a session
     of its own; its exit status and everything it wrote to the terminal. Killed (the whole

@@ -13,6 +13,7 @@ import pytest
 
 from tests.cli_support import (
     REPO_ROOT,
+    as_at_a_terminal,
     cli_env,
     no_processes_left,
     toolfleet,
@@ -73,6 +74,7 @@ def test_ctrl_c_during_the_demo_stops_it_and_keeps_its_history(tmp_path: Path) -
     # 40 blocking calls of 0.4 s on two processes: about 8 s of work to interrupt.
     proc = subprocess.Popen(
         toolfleet_argv("demo", "--sync-calls", "40", "--async-calls", "2"),
+        preexec_fn=as_at_a_terminal,
         cwd=REPO_ROOT,
         env=cli_env(home),
         stdin=subprocess.DEVNULL,

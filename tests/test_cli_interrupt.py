@@ -20,6 +20,7 @@ import pytest
 
 from tests.cli_support import (
     REPO_ROOT,
+    as_at_a_terminal,
     batch_text,
     cli_env,
     no_processes_left,
@@ -53,6 +54,7 @@ def _interrupt_after_fast_calls(
     output = tmp_path / "results.jsonl"
     proc = subprocess.Popen(
         toolfleet_argv("run", str(path), "--tools", TOOLS, "--json", "--output", str(output)),
+        preexec_fn=as_at_a_terminal,
         cwd=REPO_ROOT,
         env=cli_env(home, env),
         stdin=subprocess.DEVNULL,

@@ -16,6 +16,7 @@ import pytest
 from dispatcher.cli.batch_file import parse_batch
 from tests.cli_support import (
     REPO_ROOT,
+    as_at_a_terminal,
     batch_text,
     cli_env,
     no_processes_left,
@@ -159,6 +160,7 @@ def test_sigint_mid_batch_stops_every_process(tmp_path: Path) -> None:
         toolfleet_argv("run", str(batch), "--tools", TOOLS, "--json"),
         cwd=REPO_ROOT,
         env=cli_env(home),
+        preexec_fn=as_at_a_terminal,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

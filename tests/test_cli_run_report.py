@@ -18,6 +18,7 @@ from dispatcher.cli.call_record import CallRecord
 from dispatcher.cli.progress import render_problems
 from tests.cli_support import (
     REPO_ROOT,
+    as_at_a_terminal,
     batch_text,
     cli_env,
     toolfleet,
@@ -90,6 +91,7 @@ def test_status_rows_add_up_to_the_calls_in_flight(
         toolfleet_argv("run", str(batch), "--tools", TOOLS, "--json"),
         cwd=REPO_ROOT,
         env=cli_env(tmp_path, env),
+        preexec_fn=as_at_a_terminal,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,

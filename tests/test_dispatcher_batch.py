@@ -228,7 +228,9 @@ def test_collector_keeps_the_loop_free_and_history_grows_in_input_order(
     assert [e["call_id"] for e in branch.events] == [r.call_id for r in results]
     # The loop kept ticking: no blocking wait on the collector or the broker.
     assert seen["ticks"] >= seen["elapsed_s"] / 0.01 / 4
-    assert seen["max_gap_s"] < 0.5
+    # A blocking wait would stall it for seconds; a loaded 2-core machine alone can withhold
+    # the CPU from the loop for a few hundred ms (0.52 s seen with the suite under nice).
+    assert seen["max_gap_s"] < 1.0, seen["max_gap_s"]
     # History grew while the batch ran, not all at the end.
     assert any(0 < size < 2 * n for size in seen["sizes"])
 
