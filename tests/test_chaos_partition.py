@@ -1,7 +1,8 @@
 """Chaos (issue 12 item 9): a network partition between hosts, with a real network.
 
 Two sync workers, each in a network namespace of its own (``ip netns`` + a veth pair), reach a
-private redis-server over their veth (it listens on the host ends). A batch fans out to both;
+private redis-server over their veth (it listens on the host ends). A batch fans out to both
+(the records and a real ``toolfleet flower`` show both hostnames);
 mid-batch the test takes host A's link down (``ip link set … down``), keeps it down past the
 visibility timeout and the heartbeat's stale limit, and brings it back. A's running calls
 follow the worker-lost rules (non-idempotent: FAILED WorkerLostError, never re-run), its
@@ -37,7 +38,9 @@ from tests.chaos_support import (
     stored_branch,
     until,
 )
-from tests.fleet import WorkerProcess, start_worker
+from tests.fleet import WorkerProcess, start_worker, wait_for
+from tests.test_flower_cli import FlowerProcess, http_get, start_flower, stop_flower
+from workers.monitor import live_leases
 
 pytestmark = pytest.mark.chaos
 
@@ -121,6 +124,7 @@ def test_a_partitioned_host_loses_nothing_and_runs_nothing_twice(
     broker = ChaosBroker(persist=False, also_bind=(a.outer_ip, b.outer_ip))
     broker.start()
     workers: list[WorkerProcess] = []
+    flower: FlowerProcess | None = None
     try:
         for host, name in ((a, "a"), (b, "b")):
             workers.append(
@@ -137,17 +141,54 @@ def test_a_partitioned_host_loses_nothing_and_runs_nothing_twice(
                     prefix=("ip", "netns", "exec", host.netns),
                 )
             )
-        _partition_run(broker, a, workers, tmp_path)
+        flower = start_flower(
+            broker.url, tmp_path / "flower", env={"FLOWER_UNAUTHENTICATED_API": "true"}
+        )
+        _wait_for_task_events(broker.url, workers)
+        call_ids = _partition_run(broker, a, workers, tmp_path)
+        _assert_flower_shows_both_hosts(flower, workers, call_ids)
     finally:
         a.restore()
+        if flower is not None:
+            stop_flower(flower)
         for worker in workers:
             worker.stop(timeout_s=5)
         broker.kill()
 
 
+def _wait_for_task_events(broker_url: str, workers: list[WorkerProcess]) -> None:
+    """Until both workers hold Flower's task-event lease: calls before it never reach Flower."""
+    import redis
+
+    client = redis.Redis.from_url(broker_url)
+    try:
+        key = Settings(broker_url=broker_url).key("monitor")
+        wait_for(
+            lambda: {w.hostname for w in workers} <= set(live_leases(client, key)),
+            timeout_s=30,
+            interval_s=0.25,
+            what="both hosts' workers to hold Flower's task-event lease",
+        )
+    finally:
+        client.close()
+
+
+def _assert_flower_shows_both_hosts(
+    flower: FlowerProcess, workers: list[WorkerProcess], call_ids: set[str]
+) -> None:
+    def hosts_in_flower() -> set[str] | None:
+        status, body = http_get(flower.base_url + "/api/tasks")
+        assert status == 200, body
+        shown = {t.get("worker") for cid, t in json.loads(body).items() if cid in call_ids}
+        wanted = {w.hostname for w in workers}
+        return shown if wanted <= shown else None
+
+    wait_for(hosts_in_flower, timeout_s=30, interval_s=0.5, what="Flower to show both hosts")
+
+
 def _partition_run(
     broker: ChaosBroker, a: Host, workers: list[WorkerProcess], tmp_path: Path
-) -> None:
+) -> set[str]:
     ledger = Ledger(tmp_path)
     n = 40
     requests = chaos_calls(ledger, ("chaos_sync",), n, lambda i: 0.8 + (i % 3) / 10)
@@ -201,3 +242,4 @@ def _partition_run(
     assert cut_short, "no call was running on host A when its link went down"
     for token in cut_short:
         assert results[token].status.value in ("completed", "failed"), results[token]
+    return {r.call_id for r in results if r.call_id}
