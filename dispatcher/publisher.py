@@ -19,7 +19,14 @@ from schemas import tracing
 from schemas.tool import Tool
 from schemas.wire import CallMessage
 
-__all__ = ["AUTO_MAX_BATCH", "AUTO_MIN_CALLS", "CHUNK_SIZE", "Publisher", "auto_plan"]
+__all__ = [
+    "AUTO_DEEP_IN_FLIGHT",
+    "AUTO_MAX_BATCH",
+    "AUTO_MIN_CALLS",
+    "CHUNK_SIZE",
+    "Publisher",
+    "auto_plan",
+]
 
 # Messages per hop to the publishing thread: large enough that a 10,000-call batch costs
 # a handful of hops, small enough that the first calls start without waiting for the rest.
@@ -31,24 +38,35 @@ AUTO_MIN_CALLS = 8
 # AUTO_MAX_BATCH calls (the batched bench's size: past it a message gains little).
 AUTO_SPREAD = 4
 AUTO_MAX_BATCH = 100
+# ... and with this many calls already in flight, even a few ready calls of one tool share one.
+AUTO_DEEP_IN_FLIGHT = 32
+# How long a deep queue's publisher waits for more ready calls before sending.
+AUTO_LINGER_S = 0.01
 
 Calls = Sequence[tuple[CallMessage, Tool]]
 
 
-def auto_plan(calls: Calls) -> list[tuple[list[tuple[CallMessage, Tool]], int | None]]:
+def auto_plan(
+    calls: Calls, in_flight: int = 0
+) -> list[tuple[list[tuple[CallMessage, Tool]], int | None]]:
     """How ``batch_size="auto"`` sends ``calls``: ``(calls, batch_size or None)`` per publish.
 
     Grouped by tool, in first-seen order; a group below AUTO_MIN_CALLS joins the single
     messages, a larger one is batched ``ceil(n / AUTO_SPREAD)`` per message, at most
-    AUTO_MAX_BATCH.
+    AUTO_MAX_BATCH. While ``in_flight`` (calls already sent, not yet answered) is at least
+    AUTO_DEEP_IN_FLIGHT the queue is deep: the workers are busy anyway, so a small group of
+    one tool goes as one message too (a flood's calls come back, and go out, a few at a time).
     """
+    deep = in_flight >= AUTO_DEEP_IN_FLIGHT
     groups: dict[str, list[tuple[CallMessage, Tool]]] = {}
     for message, tool in calls:
         groups.setdefault(tool.function, []).append((message, tool))
     singles: list[tuple[CallMessage, Tool]] = []
     plan: list[tuple[list[tuple[CallMessage, Tool]], int | None]] = []
     for group in groups.values():
-        if len(group) < AUTO_MIN_CALLS:
+        if deep and 1 < len(group) < AUTO_MIN_CALLS:
+            plan.append((group, len(group)))
+        elif len(group) < AUTO_MIN_CALLS:
             singles.extend(group)
         else:
             size = min(AUTO_MAX_BATCH, math.ceil(len(group) / AUTO_SPREAD))
@@ -87,6 +105,10 @@ class Publisher:
     async def _flush(self) -> None:
         # One yield lets every sibling call that is ready in this tick join the chunk.
         await asyncio.sleep(0)
+        if self._batch_size == "auto" and self._fleet.collector.pending >= AUTO_DEEP_IN_FLIGHT:
+            # Deep queue: the workers are busy for a while anyway, so let calls that become
+            # ready one reply at a time gather into a message instead of one message each.
+            await asyncio.sleep(AUTO_LINGER_S)
         while self._buffer:
             chunk = self._buffer[: self._chunk_size]
             del self._buffer[: self._chunk_size]
@@ -108,7 +130,7 @@ class Publisher:
         if self._batch_size != "auto":
             await self._fleet.publish(calls, batch_size=self._batch_size)
             return
-        for group, size in auto_plan(calls):
+        for group, size in auto_plan(calls, self._fleet.collector.pending):
             await self._fleet.publish(group, batch_size=size)
 
     async def aclose(self) -> None:

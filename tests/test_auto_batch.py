@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from dispatcher import Branch, Fleet
-from dispatcher.publisher import AUTO_MAX_BATCH, AUTO_MIN_CALLS, auto_plan
+from dispatcher.publisher import AUTO_DEEP_IN_FLIGHT, AUTO_MAX_BATCH, AUTO_MIN_CALLS, auto_plan
 from schemas.action import CallParams
 from schemas.settings import Settings
 from schemas.status import EventStatus
@@ -86,3 +86,9 @@ def test_auto_plan_groups_by_tool_and_keeps_small_groups_single() -> None:
     assert {t.function for _, t in plan[1][0]} == {"echo"}
     big = auto_plan([(msg("echo"), echo) for _ in range(1000)])
     assert big[0][1] == AUTO_MAX_BATCH
+    # Shallow, three ready calls go alone; with the queue deep they share one message.
+    three = [(msg("echo"), echo) for _ in range(3)]
+    assert [(len(c), s) for c, s in auto_plan(three)] == [(3, None)]
+    assert [(len(c), s) for c, s in auto_plan(three, in_flight=AUTO_DEEP_IN_FLIGHT)] == [(3, 3)]
+    lone = auto_plan(three[:1], in_flight=AUTO_DEEP_IN_FLIGHT)
+    assert [(len(c), s) for c, s in lone] == [(1, None)]
