@@ -20,19 +20,18 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from schemas.settings import Settings
 from tests.chaos_support import (
-    CHAOS_TOOLS,
     ChaosBroker,
     Ledger,
-    act_through,
+    act_and_load,
     chaos_calls,
-    group_pids,
+    chaos_settings,
     judge,
-    stored_branch,
+    replace_a_worker,
+    start_chaos_worker,
     until,
 )
-from tests.fleet import WorkerProcess, start_worker
+from tests.fleet import WorkerProcess
 
 __all__ = ["main"]
 
@@ -46,9 +45,7 @@ ENV = {
 
 
 def _start(kind: str, broker: ChaosBroker, concurrency: int) -> WorkerProcess:
-    return start_worker(
-        kind, redis_url=broker.url, tools=CHAOS_TOOLS, concurrency=concurrency, env=ENV
-    )
+    return start_chaos_worker(kind, broker, concurrency, ENV)
 
 
 def _line(name: str, faults: int, elapsed_s: float, verdict: Any) -> dict[str, Any]:
@@ -70,7 +67,7 @@ def _run(
     killed: set[int] | None = None,
 ) -> dict[str, Any]:
     """Act on ``requests`` and call ``fault(k)`` each time another 1/(faults+1) finished."""
-    settings = Settings(broker_url=broker.url, tools=CHAOS_TOOLS, reconcile_grace_s=2.0)
+    settings = chaos_settings(broker, reconcile_grace_s=2.0)
 
     async def chaos(branch: Any, task: asyncio.Future[Any]) -> None:
         for k in range(1, faults + 1):
@@ -83,10 +80,7 @@ def _run(
             await fault(k)
 
     try:
-        branch_id, results, elapsed_s = asyncio.run(
-            act_through(settings, requests, chaos, limit_s=1800)
-        )
-        stored = asyncio.run(stored_branch(settings, branch_id))
+        results, stored, elapsed_s = act_and_load(settings, requests, chaos, limit_s=1800)
     finally:
         for worker in pool:
             worker.stop(timeout_s=5)
@@ -107,11 +101,7 @@ def worker_storm(kind: str, calls: int, kills: int, seed: int) -> dict[str, Any]
     killed: set[int] = set()
 
     async def kill(_k: int) -> None:
-        victim = pool.pop(rng.randrange(len(pool)))
-        killed.update(group_pids(victim.pid))
-        victim.kill()
-        victim.stop(timeout_s=1)
-        pool.append(await asyncio.to_thread(_start, kind, broker, concurrency))
+        killed.update(await replace_a_worker(pool, rng, lambda: _start(kind, broker, concurrency)))
 
     return _run(f"{kind}-sigkill-storm", broker, pool, requests, ledger, kill, kills, killed)
 

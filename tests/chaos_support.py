@@ -18,16 +18,19 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
 import redis
 
 from dispatcher import Branch, Fleet
@@ -35,7 +38,7 @@ from schemas.action import ActionResponseModel, CallParams
 from schemas.messages import ActionRequest, ActionResponse
 from schemas.settings import Settings
 from schemas.status import EventStatus
-from tests.fleet import wait_for
+from tests.fleet import REPO_ROOT, WorkerProcess, start_worker, wait_for
 from tests.reliability_support import free_port
 
 __all__ = [
@@ -44,10 +47,16 @@ __all__ = [
     "ChaosBroker",
     "Ledger",
     "Verdict",
+    "act_and_load",
     "act_through",
+    "broker_fixture",
     "chaos_calls",
+    "chaos_settings",
     "group_pids",
     "judge",
+    "replace_a_worker",
+    "sigkill_child_when",
+    "start_chaos_worker",
     "stored_branch",
     "stored_results",
     "until",
@@ -126,6 +135,75 @@ class ChaosBroker:
                 return bool(client.ping())
         except redis.RedisError:
             return False
+
+
+def broker_fixture(*, persist: bool) -> Any:
+    """A ``broker`` fixture for a chaos module: a ChaosBroker of the test's own, killed after."""
+
+    def broker() -> Iterator[ChaosBroker]:
+        server = ChaosBroker(persist=persist)
+        server.start()
+        yield server
+        server.kill()
+
+    return pytest.fixture(name="broker")(broker)
+
+
+def chaos_settings(broker: ChaosBroker, **overrides: Any) -> Settings:
+    """A dispatcher's settings on ``broker`` with the chaos tools: a 1 s reconcile grace (a
+    lost call is settled soon) unless ``overrides`` say otherwise."""
+    fields: dict[str, Any] = {"reconcile_grace_s": 1.0, **overrides}
+    return Settings(broker_url=broker.url, tools=CHAOS_TOOLS, **fields)
+
+
+def start_chaos_worker(
+    kind: str, broker: ChaosBroker, concurrency: int, env: Mapping[str, str]
+) -> WorkerProcess:
+    """A real ``kind`` worker on ``broker`` serving the chaos tools."""
+    return start_worker(
+        kind, redis_url=broker.url, tools=CHAOS_TOOLS, concurrency=concurrency, env=env
+    )
+
+
+async def replace_a_worker(
+    pool: list[WorkerProcess], rng: random.Random, start: Callable[[], WorkerProcess]
+) -> set[int]:
+    """SIGKILL a random worker of ``pool`` with its prefork children and put ``start()``'s
+    fresh worker in its place; return every PID killed (the judge needs them)."""
+    victim = pool.pop(rng.randrange(len(pool)))
+    killed = group_pids(victim.pid)
+    victim.kill()
+    victim.stop(timeout_s=1)
+    pool.append(await asyncio.to_thread(start))
+    return killed
+
+
+def sigkill_child_when(
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    ready: Callable[[], object],
+    *,
+    timeout_s: float,
+    what: str,
+) -> None:
+    """Run ``python argv`` (a dispatcher acting on a batch) and SIGKILL it once ``ready()``;
+    fail if it exits first. It is killed, by PID, whatever happens."""
+    child = subprocess.Popen(
+        [sys.executable, *argv],
+        cwd=REPO_ROOT,
+        env=dict(env),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        wait_for(lambda: child.poll() is not None or ready(), timeout_s=timeout_s, what=what)
+        assert child.poll() is None, child.stderr.read() if child.stderr else ""
+        child.send_signal(signal.SIGKILL)
+        child.wait(10)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait(10)
 
 
 class Ledger:
@@ -376,3 +454,19 @@ async def act_through(
             if not task.done():
                 task.cancel()
         return branch.id, results, time.monotonic() - started
+
+
+def act_and_load(
+    settings: Settings,
+    requests: Sequence[dict[str, Any]],
+    chaos: Chaos,
+    *,
+    limit_s: float,
+    call_params: CallParams | None = None,
+) -> tuple[list[ActionResponseModel], Branch, float]:
+    """``act_through`` from sync code, then the branch as Redis holds it: the results, the
+    stored branch and how long act() took."""
+    branch_id, results, elapsed_s = asyncio.run(
+        act_through(settings, requests, chaos, limit_s=limit_s, call_params=call_params)
+    )
+    return results, asyncio.run(stored_branch(settings, branch_id)), elapsed_s

@@ -21,18 +21,19 @@ import pytest
 
 from dispatcher import Branch
 from schemas.action import ActionResponseModel, CallParams
-from schemas.settings import Settings
 from tests.chaos_support import (
-    CHAOS_TOOLS,
+    Chaos,
     ChaosBroker,
     Ledger,
-    act_through,
+    act_and_load,
+    broker_fixture,
     chaos_calls,
+    chaos_settings,
     judge,
-    stored_branch,
+    start_chaos_worker,
     until,
 )
-from tests.fleet import WorkerProcess, start_worker
+from tests.fleet import WorkerProcess
 
 pytestmark = pytest.mark.chaos
 
@@ -45,12 +46,7 @@ WORKER_ENV = {
 FUNCTIONS = ("chaos_sync", "chaos_async", "chaos_sync_once", "chaos_async_once")
 
 
-@pytest.fixture()
-def broker() -> Iterator[ChaosBroker]:
-    server = ChaosBroker(persist=True)
-    server.start()
-    yield server
-    server.kill()
+broker = broker_fixture(persist=True)
 
 
 @pytest.fixture()
@@ -58,28 +54,11 @@ def fleet(broker: ChaosBroker) -> Iterator[list[WorkerProcess]]:
     started: list[WorkerProcess] = []
     try:
         for kind, concurrency in (("sync", 3), ("async", 20)):
-            started.append(
-                start_worker(
-                    kind,
-                    redis_url=broker.url,
-                    tools=CHAOS_TOOLS,
-                    concurrency=concurrency,
-                    env=WORKER_ENV,
-                )
-            )
+            started.append(start_chaos_worker(kind, broker, concurrency, WORKER_ENV))
         yield started
     finally:
         for worker in started:
             worker.stop(timeout_s=5)
-
-
-def _settings(broker: ChaosBroker) -> Settings:
-    return Settings(
-        broker_url=broker.url,
-        tools=CHAOS_TOOLS,
-        reconcile_grace_s=1.0,
-        outage_limit_s=OUTAGE_LIMIT_S,
-    )
 
 
 def _run(
@@ -87,17 +66,16 @@ def _run(
     ledger: Ledger,
     n: int,
     fault: str,
-    chaos: object,
+    chaos: Chaos,
     limit_s: float,
     call_params: CallParams | None = None,
 ) -> None:
     rng = random.Random(n)
     requests = chaos_calls(ledger, FUNCTIONS, n, lambda _: rng.uniform(0.2, 0.8))
-    settings = _settings(broker)
-    branch_id, results, elapsed_s = asyncio.run(
-        act_through(settings, requests, chaos, limit_s=limit_s, call_params=call_params)  # type: ignore[arg-type]
+    settings = chaos_settings(broker, outage_limit_s=OUTAGE_LIMIT_S)
+    results, stored, elapsed_s = act_and_load(
+        settings, requests, chaos, limit_s=limit_s, call_params=call_params
     )
-    stored = asyncio.run(stored_branch(settings, branch_id))
     verdict = judge(requests, results, stored, ledger, allowed_failures=())
     print(json.dumps({"chaos": fault, "elapsed_s": round(elapsed_s, 1), **verdict.summary()}))
     assert elapsed_s < limit_s

@@ -13,13 +13,11 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
 import subprocess
 import sys
 import textwrap
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -33,13 +31,17 @@ from tests.chaos_support import (
     CHAOS_TOOLS,
     ChaosBroker,
     Ledger,
-    act_through,
+    act_and_load,
+    broker_fixture,
     chaos_calls,
+    chaos_settings,
     judge,
+    sigkill_child_when,
+    start_chaos_worker,
     stored_branch,
     stored_results,
 )
-from tests.fleet import REPO_ROOT, WorkerProcess, start_worker, wait_for
+from tests.fleet import REPO_ROOT, WorkerProcess, wait_for
 
 pytestmark = pytest.mark.chaos
 
@@ -63,26 +65,11 @@ _DISPATCHER = textwrap.dedent(
 )
 
 
-@pytest.fixture()
-def broker() -> Iterator[ChaosBroker]:
-    server = ChaosBroker(persist=False)
-    server.start()
-    yield server
-    server.kill()
-
-
-@pytest.fixture()
-def workers() -> Iterator[list[WorkerProcess]]:
-    started: list[WorkerProcess] = []
-    yield started
-    for worker in started:
-        worker.stop(timeout_s=5)
+broker = broker_fixture(persist=False)  # `workers` is conftest's
 
 
 def _start(kind: str, broker: ChaosBroker, concurrency: int) -> WorkerProcess:
-    return start_worker(
-        kind, redis_url=broker.url, tools=CHAOS_TOOLS, concurrency=concurrency, env=WORKER_ENV
-    )
+    return start_chaos_worker(kind, broker, concurrency, WORKER_ENV)
 
 
 def test_a_sigkilled_dispatchers_batch_is_completed_by_toolfleet_recover(
@@ -96,26 +83,13 @@ def test_a_sigkilled_dispatchers_batch_is_completed_by_toolfleet_recover(
     branch_id = str(uuid.uuid4())
     env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLFLEET_")}
     env["PYTHONPATH"] = str(REPO_ROOT)
-    child = subprocess.Popen(
-        [sys.executable, "-c", _DISPATCHER, broker.url, branch_id, json.dumps(requests)],
-        cwd=REPO_ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+    sigkill_child_when(
+        ["-c", _DISPATCHER, broker.url, branch_id, json.dumps(requests)],
+        env,
+        lambda: ledger.count("E") >= n // 4,
+        timeout_s=90,
+        what="a quarter of the calls to finish",
     )
-    try:
-        wait_for(
-            lambda: child.poll() is not None or ledger.count("E") >= n // 4,
-            timeout_s=90,
-            what="a quarter of the calls to finish",
-        )
-        assert child.poll() is None, child.stderr.read() if child.stderr else ""
-        os.kill(child.pid, signal.SIGKILL)
-        child.wait(10)
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait(10)
     killed_at = time.monotonic()
     keys = Keys()
     with broker.client() as client:
@@ -174,21 +148,13 @@ def test_a_missing_worker_kind_fails_its_calls_no_worker_error_and_they_never_ru
     n = 30
     requests = chaos_calls(ledger, ("chaos_sync", "chaos_async"), n, lambda _: 0.2)
     timeout_s = 3.0
-    settings = Settings(
-        broker_url=broker.url,
-        tools=CHAOS_TOOLS,
-        no_worker_timeout_s=timeout_s,
-        reconcile_grace_s=1.0,
-    )
+    settings = chaos_settings(broker, no_worker_timeout_s=timeout_s)
 
     async def nothing(branch: Branch, task: asyncio.Future[list[ActionResponseModel]]) -> None:
         return None
 
     limit_s = 60.0
-    branch_id, results, elapsed_s = asyncio.run(
-        act_through(settings, requests, nothing, limit_s=limit_s)
-    )
-    stored = asyncio.run(stored_branch(settings, branch_id))
+    results, stored, elapsed_s = act_and_load(settings, requests, nothing, limit_s=limit_s)
     verdict = judge(
         requests,
         results,

@@ -34,6 +34,7 @@ from tests.chaos_support import (
     Ledger,
     act_through,
     chaos_calls,
+    chaos_settings,
     judge,
     stored_branch,
     until,
@@ -192,7 +193,7 @@ def _partition_run(
     ledger = Ledger(tmp_path)
     n = 40
     requests = chaos_calls(ledger, ("chaos_sync",), n, lambda i: 0.8 + (i % 3) / 10)
-    settings = Settings(broker_url=broker.url, tools=CHAOS_TOOLS, reconcile_grace_s=1.0)
+    settings = chaos_settings(broker)
     window: list[int] = []  # ledger lines before the cut, before the restore
 
     def running_on_a() -> bool:

@@ -15,26 +15,27 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from dispatcher import Branch
 from schemas.action import ActionResponseModel
-from schemas.settings import Settings
 from tests.chaos_support import (
-    CHAOS_TOOLS,
+    Chaos,
     ChaosBroker,
     Ledger,
-    act_through,
+    act_and_load,
+    broker_fixture,
     chaos_calls,
-    group_pids,
+    chaos_settings,
     judge,
-    stored_branch,
+    replace_a_worker,
+    start_chaos_worker,
     until,
 )
-from tests.fleet import WorkerProcess, start_worker
+from tests.fleet import WorkerProcess
 from tests.reliability_support import kill_pid
 
 pytestmark = pytest.mark.chaos
@@ -46,85 +47,84 @@ pytestmark = pytest.mark.chaos
 WORKER_ENV = {"TOOLFLEET_VISIBILITY_TIMEOUT_S": "5", "TOOLFLEET_ASYNC_PREFETCH": "1"}
 LIMIT_S = 240.0
 
-
-@pytest.fixture()
-def broker() -> Iterator[ChaosBroker]:
-    server = ChaosBroker(persist=False)
-    server.start()
-    yield server
-    server.kill()
+broker = broker_fixture(persist=False)
 
 
-def _settings(broker: ChaosBroker) -> Settings:
-    return Settings(broker_url=broker.url, tools=CHAOS_TOOLS, reconcile_grace_s=1.0)
+class _Storm:
+    """One storm's parts: ``n`` calls of ``kind`` (half idempotent) sleeping ``seconds`` apart
+    from a seeded rng, two ``kind`` workers of ``concurrency`` slots, and the PIDs killed."""
 
+    kills = 4
 
-def _start(kind: str, broker: ChaosBroker, concurrency: int) -> WorkerProcess:
-    return start_worker(
-        kind, redis_url=broker.url, tools=CHAOS_TOOLS, concurrency=concurrency, env=WORKER_ENV
-    )
+    def __init__(
+        self,
+        kind: str,
+        broker: ChaosBroker,
+        concurrency: int,
+        directory: Path,
+        *,
+        seed: int,
+        n: int,
+        seconds: tuple[float, float],
+    ) -> None:
+        self.broker = broker
+        self.ledger = Ledger(directory)
+        self.rng = random.Random(seed)
+        functions = (f"chaos_{kind}", f"chaos_{kind}_once")
+        self.requests = chaos_calls(self.ledger, functions, n, lambda _: self.rng.uniform(*seconds))
+        self.start: Callable[[], WorkerProcess] = lambda: start_chaos_worker(
+            kind, broker, concurrency, WORKER_ENV
+        )
+        self.pool = [self.start() for _ in range(2)]
+        self.killed: set[int] = set()  # every process the storm SIGKILLed
+
+    def reached(self, k: int) -> bool:
+        """Whether the k-th of ``kills + 2`` shares of the calls has finished."""
+        return self.ledger.count("E") >= k * len(self.requests) // (self.kills + 2)
+
+    async def replace_a_worker(self) -> None:
+        self.killed.update(await replace_a_worker(self.pool, self.rng, self.start))
+
+    def run(self, name: str, storm: Chaos) -> None:
+        """Act on the calls while ``storm`` kills, stop the pool, and assert the verdict."""
+        settings = chaos_settings(self.broker)
+        try:
+            results, stored, elapsed_s = act_and_load(
+                settings, self.requests, storm, limit_s=LIMIT_S
+            )
+        finally:
+            for worker in self.pool:
+                worker.stop(timeout_s=5)
+        verdict = judge(self.requests, results, stored, self.ledger, killed_pids=self.killed)
+        summary = {"chaos": name, "kills": self.kills, "elapsed_s": round(elapsed_s, 1)}
+        print(json.dumps({**summary, **verdict.summary()}))
+        assert elapsed_s < LIMIT_S
+        verdict.assert_clean()
 
 
 def test_an_async_worker_sigkill_storm_loses_and_repeats_nothing(
     broker: ChaosBroker, tmp_path: Path
 ) -> None:
-    ledger = Ledger(tmp_path)
-    rng = random.Random(12)
-    requests = chaos_calls(
-        ledger, ("chaos_async", "chaos_async_once"), 300, lambda _: rng.uniform(0.4, 1.4)
-    )
-    pool = [_start("async", broker, 20) for _ in range(2)]
-    kills = 4
-    killed: set[int] = set()  # every process the storm SIGKILLed
+    chaos = _Storm("async", broker, 20, tmp_path, seed=12, n=300, seconds=(0.4, 1.4))
 
     async def storm(branch: Branch, task: asyncio.Future[list[ActionResponseModel]]) -> None:
-        for k in range(1, kills + 1):
+        for k in range(1, chaos.kills + 1):
             await until(
-                lambda k=k: ledger.count("E") >= k * len(requests) // (kills + 2),
+                lambda k=k: chaos.reached(k),
                 task,
-                f"{k}/{kills + 2} of the calls to finish",
+                f"{k}/{chaos.kills + 2} of the calls to finish",
                 120,
             )
-            victim = pool.pop(rng.randrange(len(pool)))
-            killed.update(group_pids(victim.pid))
-            victim.kill()
-            victim.stop(timeout_s=1)
-            pool.append(await asyncio.to_thread(_start, "async", broker, 20))
+            await chaos.replace_a_worker()
 
-    try:
-        branch_id, results, elapsed_s = asyncio.run(
-            act_through(_settings(broker), requests, storm, limit_s=LIMIT_S)
-        )
-        stored = asyncio.run(stored_branch(_settings(broker), branch_id))
-    finally:
-        for worker in pool:
-            worker.stop(timeout_s=5)
-    verdict = judge(requests, results, stored, ledger, killed_pids=killed)
-    print(
-        json.dumps(
-            {
-                "chaos": "async-sigkill-storm",
-                "kills": kills,
-                "elapsed_s": round(elapsed_s, 1),
-                **verdict.summary(),
-            }
-        )
-    )
-    assert elapsed_s < LIMIT_S
-    verdict.assert_clean()
+    chaos.run("async-sigkill-storm", storm)
 
 
 def test_a_sync_worker_sigkill_storm_loses_and_repeats_nothing(
     broker: ChaosBroker, tmp_path: Path
 ) -> None:
-    ledger = Ledger(tmp_path)
-    rng = random.Random(8)
-    requests = chaos_calls(
-        ledger, ("chaos_sync", "chaos_sync_once"), 60, lambda _: rng.uniform(0.3, 0.9)
-    )
-    pool = [_start("sync", broker, 2) for _ in range(2)]
-    kills = 4
-    killed: set[int] = set()  # every process the storm SIGKILLed
+    chaos = _Storm("sync", broker, 2, tmp_path, seed=8, n=60, seconds=(0.3, 0.9))
+    ledger, pool = chaos.ledger, chaos.pool
 
     def running_child() -> int | None:
         """The PID of a prefork child now running a call (started, not ended)."""
@@ -135,47 +135,23 @@ def test_a_sync_worker_sigkill_storm_loses_and_repeats_nothing(
         return None
 
     async def storm(branch: Branch, task: asyncio.Future[list[ActionResponseModel]]) -> None:
-        for k in range(1, kills + 1):
+        for k in range(1, chaos.kills + 1):
             seen: list[int] = []  # the running child the condition saw (it may end meanwhile)
 
             def ready(k: int = k, seen: list[int] = seen) -> bool:
                 child = running_child()
-                if child is None or ledger.count("E") < k * len(requests) // (kills + 2):
+                if child is None or not chaos.reached(k):
                     return False
                 seen.append(child)
                 return True
 
-            await until(ready, task, f"{k}/{kills + 2} of the calls, one running", 120)
+            await until(ready, task, f"{k}/{chaos.kills + 2} of the calls, one running", 120)
             if k % 2:  # a prefork child dies mid-call; its worker forks another
                 child = seen[-1]
                 assert child not in {w.pid for w in pool}
-                killed.add(child)
+                chaos.killed.add(child)
                 kill_pid(child)
             else:  # a whole worker dies with its children
-                victim = pool.pop(rng.randrange(len(pool)))
-                killed.update(group_pids(victim.pid))
-                victim.kill()
-                victim.stop(timeout_s=1)
-                pool.append(await asyncio.to_thread(_start, "sync", broker, 2))
+                await chaos.replace_a_worker()
 
-    try:
-        branch_id, results, elapsed_s = asyncio.run(
-            act_through(_settings(broker), requests, storm, limit_s=LIMIT_S)
-        )
-        stored = asyncio.run(stored_branch(_settings(broker), branch_id))
-    finally:
-        for worker in pool:
-            worker.stop(timeout_s=5)
-    verdict = judge(requests, results, stored, ledger, killed_pids=killed)
-    print(
-        json.dumps(
-            {
-                "chaos": "sync-sigkill-storm",
-                "kills": kills,
-                "elapsed_s": round(elapsed_s, 1),
-                **verdict.summary(),
-            }
-        )
-    )
-    assert elapsed_s < LIMIT_S
-    verdict.assert_clean()
+    chaos.run("sync-sigkill-storm", storm)

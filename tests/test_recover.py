@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import textwrap
@@ -28,7 +27,8 @@ from dispatcher.recover import recover_branch
 from schemas.keys import Keys
 from schemas.messages import ActionRequest, ActionResponse
 from schemas.settings import Settings
-from tests.fleet import REPO_ROOT, WorkerProcess, run, wait_for
+from tests.chaos_support import sigkill_child_when
+from tests.fleet import REPO_ROOT, WorkerProcess, run
 
 CALLS = 40
 
@@ -60,26 +60,13 @@ def test_a_dead_dispatchers_batch_is_completed_once_by_recover(
     keys = Keys(fleet_settings.key_prefix)
     branch_id = str(uuid.uuid4())
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-    child = subprocess.Popen(
-        [sys.executable, "-c", _CHILD, redis_url, branch_id, str(CALLS)],
-        cwd=REPO_ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+    sigkill_child_when(
+        ["-c", _CHILD, redis_url, branch_id, str(CALLS)],
+        env,
+        lambda: redis_client.llen(keys.history(branch_id)) >= 8,
+        timeout_s=60,
+        what="the child dispatcher to write 4 units",
     )
-    try:
-        wait_for(
-            lambda: child.poll() is not None or redis_client.llen(keys.history(branch_id)) >= 8,
-            timeout_s=60,
-            what="the child dispatcher to write 4 units",
-        )
-        assert child.poll() is None, child.stderr.read() if child.stderr else ""
-        child.send_signal(signal.SIGKILL)
-        child.wait(10)
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait(10)
     written_before = redis_client.llen(keys.history(branch_id)) // 2
     assert written_before < CALLS
     # Its heartbeat expires within DISPATCHER_TTL_S; status lists the batch once it has.
