@@ -18,6 +18,7 @@ from dispatcher.signals import Signal
 from schemas import tracing
 from schemas.action import ActionResponseModel, CallParams, ToolInvocation
 from schemas.messages import Message
+from schemas.record import EventRecord
 
 __all__ = ["Branch", "MessageCallback", "Scope"]
 
@@ -86,10 +87,11 @@ class Branch:
         return self._recorder.history.messages
 
     @property
-    def events(self) -> list[dict[str, Any]]:
+    def events(self) -> list[EventRecord]:
         """The logged execution records (one per attempt; ABORTED for calls never run).
 
-        A new list on each access (JSON-serializable as is), decoded from the compact form."""
+        A new list on each access, decoded from the compact form; ``record.to_dict()`` is the
+        JSON object stored in Redis."""
         return list(self._recorder.history.events)
 
     def on_message(self, callback: MessageCallback) -> MessageCallback:

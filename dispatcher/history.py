@@ -29,6 +29,7 @@ from schemas.messages import (
     ActionResponseContent,
     Message,
 )
+from schemas.record import EventRecord
 from schemas.serialize import to_jsonable
 
 __all__ = ["BranchHistory", "Kept", "Unit", "link_pair", "load_records"]
@@ -43,7 +44,7 @@ class Unit:
     """Everything one call leaves behind, written at once and in input order."""
 
     call_id: str | None
-    events: list[dict[str, Any]]
+    events: list[EventRecord]
     request: ActionRequest
     response: ActionResponse
     result: ActionResponseModel
@@ -118,7 +119,7 @@ class BranchHistory:
         self.branch_id = branch_id
         # Compact (issue 16): the newest items as objects, older ones compressed JSON lines.
         self.messages: CompactList[Message] = CompactList(_message_json, _MESSAGE.validate_json)
-        self.events: CompactList[dict[str, Any]] = CompactList(_event_json, json.loads)
+        self.events: CompactList[EventRecord] = CompactList(_event_json, _event_record)
         # Redis writes not yet applied (a broker outage), retried in order (issue 12).
         self.durable = DurableLog(branch_id)
 
@@ -161,12 +162,17 @@ class BranchHistory:
         return failure
 
 
-def _event_json(event: dict[str, Any]) -> str:
+def _event_json(event: EventRecord) -> str:
     # Total (issue 13): whatever a record holds, its history line is written.
+    data = event.to_dict()
     try:
-        return json.dumps(event, allow_nan=False)
+        return json.dumps(data, allow_nan=False)
     except (TypeError, ValueError, RecursionError):
-        return json.dumps(to_jsonable(event))
+        return json.dumps(to_jsonable(data))
+
+
+def _event_record(line: str) -> EventRecord:
+    return EventRecord.from_dict(json.loads(line))
 
 
 def _message_json(message: Message) -> str:
@@ -179,31 +185,32 @@ def _message_json(message: Message) -> str:
 
 async def load_records(
     client: aioredis.Redis, keys: Keys, branch_id: str
-) -> tuple[list[Message], list[dict[str, Any]]]:
+) -> tuple[list[Message], list[EventRecord]]:
     """The messages and event records stored for ``branch_id``, in written order."""
     async with client.pipeline(transaction=True) as pipe:
         pipe.lrange(keys.history(branch_id), 0, -1)
         pipe.lrange(keys.events(branch_id), 0, -1)
         raw_messages, raw_events = await pipe.execute()
     messages = [_MESSAGE.validate_json(raw) for raw in raw_messages]
-    events = [json.loads(raw) for raw in raw_events]
+    events = [_event_record(raw) for raw in raw_events]
     await _attach_late_results(client, keys, events)
     return messages, events
 
 
 async def _attach_late_results(
-    client: aioredis.Redis, keys: Keys, events: list[dict[str, Any]]
+    client: aioredis.Redis, keys: Keys, events: list[EventRecord]
 ) -> None:
     """Issue 12 item 7: a sync call stopped while it ran gets its worker's own record of the
     run (kept under ``Keys.late``) as ``late_result``: whether it then completed."""
-    stopped = [e for e in events if e.get("stopped_while_running") and e.get("call_id")]
+    stopped = [e for e in events if e.stopped_while_running and e.call_id]
     if not stopped:
         return
-    raws = await client.mget([keys.late(e["call_id"]) for e in stopped])
+    raws = await client.mget([keys.late(str(e.call_id)) for e in stopped])
     for event, raw in zip(stopped, raws, strict=True):
         if raw is not None:
             late = json.loads(raw)
-            event["late_result"] = {
+            # Assigning marks the field set, so to_dict() includes it.
+            event.late_result = {
                 "execution": late["event"]["execution"],
                 "worker": late["worker"],
             }

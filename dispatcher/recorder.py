@@ -21,13 +21,14 @@ from dispatcher.hooks import HookBus
 from dispatcher.signals import CallbackFailed, HistoryWriteFailed, Signal
 from schemas import tracing
 from schemas.messages import Message
+from schemas.record import EventRecord
 from schemas.status import EventStatus
 
 __all__ = ["EventObserver", "HistoryRecorder", "MessageCallback", "Progress", "SignalSink"]
 
 log = logging.getLogger(__name__)
 
-EventObserver = Callable[[dict[str, Any]], "Awaitable[Any] | Any"]
+EventObserver = Callable[[EventRecord], "Awaitable[Any] | Any"]
 MessageCallback = Callable[[Message], "Awaitable[Any] | Any"]
 SignalSink = Callable[[Signal], None]
 # A batch's written-count key, the count before and after a write (dispatcher.journal).

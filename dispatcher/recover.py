@@ -227,4 +227,4 @@ def _unit(entry: JournalEntry, call: JournalCall, result: CallResult) -> Unit:
         worker=result.worker,
         batch_id=entry.batch_id,
     )
-    return Unit(call.call_id, [event.to_dict()], request, response, model)
+    return Unit(call.call_id, [event], request, response, model)

@@ -165,7 +165,7 @@ class Transaction:
         ctx: CallContext,
         exc: BaseException,
         *,
-        events: list[dict[str, Any]] | None = None,
+        events: list[EventRecord] | None = None,
     ) -> Unit:
         """The ABORTED unit of a call stopped before (or while) enqueuing (C3)."""
         return aborted_unit(ctx, exc, raise_after=not self.suppress, events=events)
@@ -176,7 +176,7 @@ class Transaction:
             unit = await self._transact(item, index, call_id)
             if span is not None:
                 result = unit.result
-                last = EventRecord.from_dict(unit.events[-1]) if unit.events else None
+                last = unit.events[-1] if unit.events else None
                 span.update_name(f"toolfleet.call {result.function}")
                 tracing.set_call_status(
                     span,
@@ -234,7 +234,7 @@ class Transaction:
 
     async def execute(self, ctx: CallContext) -> Unit:
         """Enqueue the call and wait for its record; re-run FAILED attempts per CallParams."""
-        events: list[dict[str, Any]] = []
+        events: list[EventRecord] = []
         delay_s = self.params.retry_initial_delay_s
         attempt = 0
         while True:

@@ -35,19 +35,18 @@ DENIED_OUTPUT_ERROR = "denied by governance gate"
 HOOK_SUMMARY_CHARS = 200
 
 
-def history_record(ctx: CallContext, result: CallResult) -> dict[str, Any]:
+def history_record(ctx: CallContext, result: CallResult) -> EventRecord:
     """The worker's record of one attempt as the branch history keeps it."""
-    record = EventRecord.from_dict(result.event).in_history(
+    return EventRecord.from_dict(result.event).in_history(
         call_id=ctx.call_id,
         tool_call_id=ctx.tool_call_id,
         branch_id=ctx.branch_id,
         attempt=result.attempt,
         worker=result.worker,
     )
-    return record.to_dict()
 
 
-def finished_unit(ctx: CallContext, result: CallResult, events: list[dict[str, Any]]) -> Unit:
+def finished_unit(ctx: CallContext, result: CallResult, events: list[EventRecord]) -> Unit:
     """A call with a terminal record (from a worker, or settled by the dispatcher)."""
     execution = result.to_execution()
     status = execution.status
@@ -89,7 +88,7 @@ def aborted_unit(
     *,
     raise_after: bool,
     hook: bool = True,
-    events: list[dict[str, Any]] | None = None,
+    events: list[EventRecord] | None = None,
 ) -> Unit:
     """A call stopped before (or while) enqueuing: ABORTED event, error pair (C3).
 
@@ -116,7 +115,7 @@ def aborted_unit(
     request, response, model = _answer(ctx, arguments, output, EventStatus.ABORTED, error)
     return Unit(
         call_id=ctx.call_id,
-        events=[*(events or ()), record.to_dict()],
+        events=[*(events or ()), record],
         request=request,
         response=response,
         result=model,

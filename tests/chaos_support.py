@@ -362,7 +362,7 @@ def _unpaired(stored: Branch, results: Sequence[ActionResponseModel]) -> list[st
     problems: list[str] = []
     if len(messages) != 2 * len(results):
         problems.append(f"history holds {len(messages)} messages for {len(results)} calls")
-    events = {e["call_id"]: e for e in stored.events}
+    events = {e.call_id: e for e in stored.events}
     for i, result in enumerate(results):
         if 2 * i + 1 >= len(messages):
             problems.append(f"#{i} has no pair")
@@ -378,7 +378,7 @@ def _unpaired(stored: Branch, results: Sequence[ActionResponseModel]) -> list[st
         if not linked:
             problems.append(f"#{i} request/response not linked in input order")
         event = events.get(result.call_id or "")
-        if event is None or event["execution"]["status"] != result.status.value:
+        if event is None or event.execution["status"] != result.status.value:
             problems.append(f"#{i} event missing or not {result.status.value}")
     if len(events) != len(stored.events):
         problems.append("a call has more than one event")
@@ -388,7 +388,7 @@ def _unpaired(stored: Branch, results: Sequence[ActionResponseModel]) -> list[st
 def stored_results(stored: Branch) -> list[ActionResponseModel]:
     """Each call's outcome as the stored history tells it (for a batch whose dispatcher died,
     so no act() returned one): input order, from each response and its call's event."""
-    status_of = {e["call_id"]: EventStatus(e["execution"]["status"]) for e in stored.events}
+    status_of = {e.call_id: EventStatus(e.execution["status"]) for e in stored.events}
     results: list[ActionResponseModel] = []
     for message in stored.messages:
         if isinstance(message, ActionResponse):

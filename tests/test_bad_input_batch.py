@@ -228,7 +228,7 @@ def test_each_bad_call_fails_alone_with_its_own_error_and_the_batch_completes(
     messages = branch.messages
     assert len(branch.events) == len(requests)
     recorded = json.dumps([m.model_dump(mode="json") for m in messages]) + json.dumps(
-        branch.events, default=str
+        [e.to_dict() for e in branch.events], default=str
     )
     assert SECRET not in recorded
     loaded = loop.run_until_complete(asyncio.wait_for(Branch.load(branch.id, fleet=fleet), 10))

@@ -105,7 +105,7 @@ def test_cancelling_act_revokes_queued_cancels_running_and_records_every_call(
         assert not response.success
         assert response.content.error is not None
         assert response.content.error.startswith("CancelledError: ")
-    assert [e["execution"]["status"] for e in branch.events] == ["completed"] + ["cancelled"] * 5
+    assert [e.execution["status"] for e in branch.events] == ["completed"] + ["cancelled"] * 5
     # The same, durably: another process can load it from Redis.
     assert redis_client.llen(keys.history(branch.id)) == 2 * len(requests)
     assert redis_client.llen(keys.events(branch.id)) == len(requests)
@@ -165,21 +165,21 @@ def test_cancelling_a_sequential_batch_records_the_running_and_the_unstarted_cal
 
     branch = asyncio.run(asyncio.wait_for(scenario(), 30))
 
-    assert [e["execution"]["status"] for e in branch.events] == [
+    assert [e.execution["status"] for e in branch.events] == [
         "completed",
         "cancelled",
         "cancelled",
     ]
     responses = branch.messages[1::2]
     assert [isinstance(r, ActionResponse) and r.success for r in responses] == [True, False, False]
-    cancelled_id = branch.events[1]["call_id"]
+    cancelled_id = branch.events[1].call_id
     wait_until(
         lambda: AsyncResult(cancelled_id, app=celery_app).state == "REVOKED",
         timeout_s=5,
         what="the running async call to be cancelled on its worker",
     )
     # The third call never reached the broker.
-    assert AsyncResult(branch.events[2]["call_id"], app=celery_app).state == "PENDING"
+    assert AsyncResult(branch.events[2].call_id, app=celery_app).state == "PENDING"
 
 
 class Abort(BaseException):
@@ -216,9 +216,9 @@ def test_a_cancellation_class_exception_from_a_hook_stops_and_records_the_siblin
 
     branch = asyncio.run(asyncio.wait_for(scenario(), 30))
 
-    assert [e["execution"]["status"] for e in branch.events] == ["cancelled", "cancelled"]
+    assert [e.execution["status"] for e in branch.events] == ["cancelled", "cancelled"]
     assert len(branch.messages) == 4
-    running_id = branch.events[0]["call_id"]
+    running_id = branch.events[0].call_id
     wait_until(
         lambda: AsyncResult(running_id, app=celery_app).state == "REVOKED",
         timeout_s=5,

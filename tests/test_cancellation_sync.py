@@ -13,7 +13,6 @@ import asyncio
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import redis
@@ -21,6 +20,7 @@ import redis
 from dispatcher import Branch, Fleet
 from schemas.action import ActionResponseModel, CallParams
 from schemas.keys import Keys
+from schemas.record import EventRecord
 from schemas.settings import Settings
 from schemas.status import EventStatus
 from tests.fleet import WorkerProcess, call, start_worker, wait_for
@@ -42,11 +42,10 @@ def _running(client: redis.Redis) -> bool:
     return any(True for _ in client.scan_iter(match=Keys().started("*")))
 
 
-def _late_event(settings: Settings, branch_id: str) -> dict[str, Any]:
-    async def load() -> dict[str, Any]:
+def _late_event(settings: Settings, branch_id: str) -> EventRecord:
+    async def load() -> EventRecord:
         async with Fleet(settings) as fleet:
-            event: dict[str, Any] = (await Branch.load(branch_id, fleet=fleet)).events[0]
-            return event
+            return (await Branch.load(branch_id, fleet=fleet)).events[0]
 
     return asyncio.run(load())
 
@@ -55,9 +54,9 @@ def _assert_truth(
     settings: Settings, branch: Branch, worker: WorkerProcess, mark: Path, status: str
 ) -> None:
     event = branch.events[0]
-    assert event["execution"]["status"] == status
-    assert event["stopped_while_running"] == worker.hostname
-    error = str(event["execution"]["error"])
+    assert event.execution["status"] == status
+    assert event.stopped_while_running == worker.hostname
+    error = str(event.execution["error"])
     assert f"already running on worker {worker.hostname}" in error, error
     assert "late_result" in error
     # The worker ran on and finished: its side effect happened once ...
@@ -65,14 +64,12 @@ def _assert_truth(
     assert len(mark.read_text().splitlines()) == 1
     # ... and the stored history says so, with the worker's own record of the run.
     stored = wait_for(
-        lambda: (
-            _late_event(settings, branch.id).get("late_result") and _late_event(settings, branch.id)
-        ),
+        lambda: _late_event(settings, branch.id).late_result and _late_event(settings, branch.id),
         timeout_s=20,
         what="the late result to be attached",
     )
-    assert stored["execution"]["status"] == status  # the dispatcher's record still stands
-    late = stored["late_result"]
+    assert stored.execution["status"] == status  # the dispatcher's record still stands
+    late = stored.late_result
     assert late["worker"] == worker.hostname
     assert late["execution"]["status"] == EventStatus.COMPLETED.value
     assert late["execution"]["response"] == 1

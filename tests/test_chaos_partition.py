@@ -228,7 +228,7 @@ def _partition_run(
     assert elapsed_s < limit_s
     verdict.assert_clean()
     # The batch fanned out to both hosts: records name both workers, both ran calls.
-    hostnames = {e.get("worker") for e in stored.events}
+    hostnames = {e.worker for e in stored.events}
     assert {w.hostname for w in workers} <= hostnames, hostnames
     before = lines[: window[0]]
     assert {host for _, _, _, host in before} == {"a", "b"}

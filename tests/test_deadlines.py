@@ -30,7 +30,7 @@ def assert_one_linked_pair_per_call(branch: Branch, results: list[ActionResponse
     assert_linked_pairs(branch, results)
     responses = branch.messages[1::2]
     assert [m.content.function for m in responses] == [r.function for r in results]
-    assert [e["call_id"] for e in branch.events] == [r.call_id for r in results]
+    assert [e.call_id for e in branch.events] == [r.call_id for r in results]
 
 
 @pytest.mark.usefixtures("async_worker")
@@ -71,7 +71,7 @@ def test_batch_deadline_returns_finished_results_and_fails_and_revokes_straggler
         assert f"deadline_s={deadline_s:g}" in straggler.error
         assert straggler.call_id is not None and straggler.call_id in straggler.error
     assert_one_linked_pair_per_call(branch, results)
-    assert [e["execution"]["status"] for e in branch.events] == [
+    assert [e.execution["status"] for e in branch.events] == [
         "completed",
         "completed",
         "failed",

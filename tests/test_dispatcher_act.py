@@ -31,6 +31,7 @@ from schemas.action import ActionResponseModel, ToolInvocation
 from schemas.errors import MalformedRequestError, UnknownToolError
 from schemas.keys import Keys
 from schemas.messages import ActionRequest, ActionResponse
+from schemas.record import EventRecord
 from schemas.settings import Settings
 from schemas.status import EventStatus
 from tests.fleet import REPO_ROOT, WorkerProcess, assert_linked_pairs, call, run
@@ -65,9 +66,9 @@ def assert_linked_history(branch: Branch, results: list[ActionResponseModel]) ->
         assert response.success is (result.error is None)
 
 
-def finished_at(event: dict[str, Any]) -> float:
-    created = datetime.fromisoformat(event["created_at"]).timestamp()
-    return float(created + (event["execution"]["duration"] or 0.0))
+def finished_at(event: EventRecord) -> float:
+    created = datetime.fromisoformat(str(event.created_at)).timestamp()
+    return float(created + (event.execution["duration"] or 0.0))
 
 
 def test_mixed_batch_completes_out_of_order_and_returns_in_input_order(
@@ -95,13 +96,13 @@ def test_mixed_batch_completes_out_of_order_and_returns_in_input_order(
     assert len({r.call_id for r in results}) == 5
     assert_linked_history(branch, results)
     # Sync tools ran in the prefork worker, async ones on the asyncio pool.
-    workers = [e["worker"] for e in branch.events]
+    workers = [e.worker for e in branch.events]
     assert workers[0] == workers[3] == async_worker.hostname
     assert workers[1] == workers[2] == workers[4] == sync_worker.hostname
     # Completion order differs from input order: echo finished long before sleep_async.
     assert finished_at(branch.events[1]) < finished_at(branch.events[0])
-    assert [e["call_id"] for e in branch.events] == [r.call_id for r in results]
-    assert [e["execution"]["status"] for e in branch.events] == ["completed"] * 5
+    assert [e.call_id for e in branch.events] == [r.call_id for r in results]
+    assert [e.execution["status"] for e in branch.events] == ["completed"] * 5
     ids = [r.call_id for r in results]
     assert hooks.call_ids(HookPoint.TOOL_PRE) == ids
     assert hooks.call_ids(HookPoint.TOOL_POST) == ids  # emitted in input order
@@ -170,8 +171,8 @@ def test_failed_calls_get_a_linked_error_response_c1(fleet_settings: Settings) -
     requests = [m for m in branch.messages if isinstance(m, ActionRequest)]
     assert all(r.is_responded() for r in requests)
     assert branch.messages[1].content.error == "ValueError: sync broke"  # type: ignore[union-attr]
-    assert [e["execution"]["status"] for e in branch.events] == ["failed", "completed", "failed"]
-    assert branch.events[0]["execution"]["error"] == {
+    assert [e.execution["status"] for e in branch.events] == ["failed", "completed", "failed"]
+    assert branch.events[0].execution["error"] == {
         "error": "ValueError",
         "message": "sync broke",
     }
@@ -227,7 +228,7 @@ def test_gate_denial_is_a_value_with_a_signal_and_nothing_enqueued(
     assert_linked_history(branch, results)
     assert branch.messages[3].content.output == {**DENIED, "function": "add"}  # type: ignore[union-attr]
     # No event, no hook, nothing on the broker for the denied call.
-    assert [e["call_id"] for e in branch.events] == [results[0].call_id, results[2].call_id]
+    assert [e.call_id for e in branch.events] == [results[0].call_id, results[2].call_id]
     for point in HookPoint:
         assert denied.call_id not in hooks.call_ids(point)
     assert redis_client.get(Keys().event(str(denied.call_id))) is None
@@ -321,12 +322,12 @@ def test_pre_hook_exception_aborts_only_that_call_c3(
     assert aborted.error == "RuntimeError: echo is off limits"
     assert [results[0].output, results[2].output] == [0.3, 2]
     assert_linked_history(branch, results)
-    assert [e["execution"]["status"] for e in branch.events] == [
+    assert [e.execution["status"] for e in branch.events] == [
         "completed",
         "aborted",
         "completed",
     ]
-    assert branch.events[1]["call_id"] == aborted.call_id
+    assert branch.events[1].call_id == aborted.call_id
     errors = hooks.seen[HookPoint.TOOL_ERROR]
     assert [p["call_id"] for p in errors] == [aborted.call_id]
     assert isinstance(errors[0]["error"], RuntimeError) and errors[0]["duration"] is None
@@ -340,7 +341,7 @@ def test_pre_hook_exception_aborts_only_that_call_c3(
     assert len(branch.messages) == 4
     assert branch.messages[1].content.output == 0.3  # type: ignore[union-attr]
     assert branch.messages[3].content.error == "RuntimeError: echo is off limits"  # type: ignore[union-attr]
-    assert [e["execution"]["status"] for e in branch.events] == ["completed", "aborted"]
+    assert [e.execution["status"] for e in branch.events] == ["completed", "aborted"]
     assert [p["tool_name"] for p in hooks.seen[HookPoint.TOOL_PRE]] == ["sleep_async", "echo"]
 
 
@@ -420,14 +421,14 @@ def test_manager_exceptions_are_suppressed_values_or_raised_after_history(
     assert str(results[4].error).startswith("OversizedArgumentsError:")
     assert results[0].output["function"] == "no_such_tool"
     assert_linked_history(branch, results)
-    assert [e["execution"]["status"] for e in branch.events] == [
+    assert [e.execution["status"] for e in branch.events] == [
         "aborted",
         "aborted",
         "completed",
         "aborted",
         "aborted",
     ]
-    assert branch.events[0]["arguments"] == {"x": "***"}  # unknown tool: values hidden
+    assert branch.events[0].arguments == {"x": "***"}  # unknown tool: values hidden
     errored = [r.call_id for i, r in enumerate(results) if i != 2]
     assert hooks.call_ids(HookPoint.TOOL_ERROR) == errored
     # Validation runs before the pre-hooks; the JSON and size checks after them.
@@ -478,13 +479,13 @@ def test_observer_and_message_callback_failures_never_split_a_unit_c5(
     fleet_settings: Settings,
 ) -> None:
     session = Session()
-    observed: list[str] = []
+    observed: list[str | None] = []
 
-    def bad_observer(record: dict[str, Any]) -> None:
+    def bad_observer(record: EventRecord) -> None:
         raise RuntimeError("observer down")
 
     session.subscribe(bad_observer)
-    session.subscribe(lambda record: observed.append(record["call_id"]))
+    session.subscribe(lambda record: observed.append(record.call_id))
 
     async def scenario(fleet: Fleet) -> tuple[Branch, list[ActionResponseModel], list[int]]:
         branch = Branch(session, fleet=fleet)
@@ -529,7 +530,7 @@ def test_secret_arguments_never_reach_history_or_events(
     assert results[0].output == {"query": "q", "api_key_length": len(secret)}  # tool got it
     assert results[0].arguments == {"query": "q", "api_key": "***"}
     assert branch.messages[0].content.arguments["api_key"] == "***"
-    assert branch.events[0]["arguments"]["api_key"] == "***"
+    assert branch.events[0].arguments["api_key"] == "***"
     keys = Keys()
     stored = redis_client.lrange(keys.history(branch.id), 0, -1)
     stored += redis_client.lrange(keys.events(branch.id), 0, -1)
@@ -586,7 +587,7 @@ def test_branch_history_loads_by_id_from_another_process(fleet_settings: Setting
         "    fleet = Fleet.from_env()\n"
         "    b = await Branch.load(sys.argv[1], fleet=fleet)\n"
         "    print(json.dumps({'messages': [m.model_dump(mode='json') for m in b.messages],\n"
-        "                      'events': b.events}))\n"
+        "                      'events': [e.to_dict() for e in b.events]}))\n"
         "    await fleet.aclose()\n"
         "asyncio.run(main())\n"
     )

@@ -16,6 +16,7 @@ from dispatcher import Branch, ConfigurationError, Fleet, HookPoint
 from schemas.action import ActionResponseModel, CallParams
 from schemas.errors import UnknownToolError
 from schemas.messages import ActionRequest
+from schemas.record import EventRecord
 from schemas.settings import Settings
 from schemas.status import EventStatus
 from tests.fleet import call, run, start_worker
@@ -24,11 +25,11 @@ from tests.test_dispatcher_act import assert_linked_history, finished_at
 pytestmark = pytest.mark.usefixtures("sync_worker", "async_worker")
 
 
-def started_at(event: dict[str, Any]) -> float:
-    return datetime.fromisoformat(event["created_at"]).timestamp()
+def started_at(event: EventRecord) -> float:
+    return datetime.fromisoformat(str(event.created_at)).timestamp()
 
 
-def max_overlap(events: list[dict[str, Any]]) -> int:
+def max_overlap(events: list[EventRecord]) -> int:
     """The most executions running at one instant, from the events' start and duration."""
     edges = sorted(
         [(started_at(e), 1) for e in events] + [(finished_at(e), -1) for e in events],
@@ -121,7 +122,7 @@ def test_retry_attempts_rerun_failed_attempts_and_record_each(fleet_settings: Se
     ]
     assert results[0].error == "ValueError: flaky"
     assert_linked_history(branch, results)  # one pair per call, whatever the attempts
-    by_call = [(e["call_id"], e["attempt"], e["execution"]["status"]) for e in branch.events]
+    by_call = [(e.call_id, e.attempt, e.execution["status"]) for e in branch.events]
     first, echo, last = (r.call_id for r in results)
     assert by_call == [
         (first, 0, "failed"),
@@ -225,7 +226,7 @@ def test_collector_keeps_the_loop_free_and_history_grows_in_input_order(
     assert [r.output for r in results[::2]] == list(range(0, n, 2))
     assert all(r.success for r in results)
     assert_linked_history(branch, results)
-    assert [e["call_id"] for e in branch.events] == [r.call_id for r in results]
+    assert [e.call_id for e in branch.events] == [r.call_id for r in results]
     # The loop kept ticking: no blocking wait on the collector or the broker.
     assert seen["ticks"] >= seen["elapsed_s"] / 0.01 / 4
     # A blocking wait would stall it for seconds; a loaded 2-core machine alone can withhold
@@ -266,7 +267,7 @@ def test_cancelling_act_during_a_write_still_writes_whole_units_in_order(
     first, second = branch.messages[1], branch.messages[3]
     assert first.content.output == "first" and first.content.error is None  # type: ignore[union-attr]
     assert str(second.content.error).startswith("CancelledError")  # type: ignore[union-attr]
-    assert [e["execution"]["status"] for e in branch.events] == ["completed", "cancelled"]
+    assert [e.execution["status"] for e in branch.events] == ["completed", "cancelled"]
 
 
 def test_batch_size_sends_several_calls_per_message_each_with_its_own_response(

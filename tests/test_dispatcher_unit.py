@@ -261,6 +261,7 @@ def test_collector_recovers_a_result_whose_reply_was_lost_from_its_stored_record
 def test_history_unit_is_json_in_redis_order(redis_url: str) -> None:
     from dispatcher.history import BranchHistory, Unit, link_pair, load_records
     from schemas.action import ActionResponseModel
+    from schemas.record import EventRecord
 
     async def scenario() -> None:
         keys = Keys("unit-history")
@@ -271,12 +272,15 @@ def test_history_unit_is_json_in_redis_order(redis_url: str) -> None:
             request, response = link_pair(
                 function="echo", arguments={"value": i}, output=i, error=None, branch_id="b1"
             )
-            units.append(Unit(str(i), [{"n": i}], request, response, ActionResponseModel(output=i)))
+            record = EventRecord(id=f"event-{i}", execution={"status": "completed"})
+            units.append(Unit(str(i), [record], request, response, ActionResponseModel(output=i)))
         try:
             assert await history.write(client, keys, units, record_ttl_s=60) is None
             messages, events = await load_records(client, keys, "b1")
             assert [m.id for m in messages] == [m.id for m in history.messages]
-            assert events == [{"n": 0}, {"n": 1}, {"n": 2}]
+            assert [e.to_dict() for e in events] == [
+                {"id": f"event-{i}", "execution": {"status": "completed"}} for i in range(3)
+            ]
             assert messages[0].content.action_response_id == messages[1].id  # type: ignore[union-attr]
             assert (
                 json.loads(await client.lindex(keys.history("b1"), 1))["role"] == "action_response"

@@ -13,13 +13,21 @@ import redis.asyncio as aioredis
 from dispatcher.history import BranchHistory, Unit, link_pair, load_records
 from schemas.action import ActionResponseModel
 from schemas.keys import Keys
+from schemas.record import EventRecord
 
 
 def _unit(i: int, branch_id: str, with_event: bool) -> Unit:
     request, response = link_pair(
         function="echo", arguments={"value": i}, output=i, error=None, branch_id=branch_id
     )
-    events = [{"id": f"event-{i}", "function": "echo", "arguments": {"value": i}}]
+    events = [
+        EventRecord(
+            id=f"event-{i}",
+            execution={"status": "completed"},
+            function="echo",
+            arguments={"value": i},
+        )
+    ]
     result = ActionResponseModel(function="echo", arguments={"value": i}, output=i)
     return Unit(f"call-{i}", events if with_event else [], request, response, result)
 
@@ -33,7 +41,7 @@ def test_thousands_of_units_in_one_write_keep_order_and_ttl(
     # third unit without an event record (a gate denial writes none).
     units = [_unit(i, branch_id, with_event=i % 3 != 0) for i in range(2_500)]
 
-    async def scenario() -> tuple[str | None, list[object], list[dict[str, object]]]:
+    async def scenario() -> tuple[str | None, list[object], list[EventRecord]]:
         client = aioredis.Redis.from_url(redis_url)
         try:
             history = BranchHistory(branch_id)
@@ -47,7 +55,7 @@ def test_thousands_of_units_in_one_write_keep_order_and_ttl(
     assert failure is None
     assert len(messages) == 5_000
     assert [m.id for m in messages] == [m.id for u in units for m in (u.request, u.response)]
-    assert [e["id"] for e in events] == [e["id"] for u in units for e in u.events]
+    assert [e.id for e in events] == [e.id for u in units for e in u.events]
     for key in (keys.history(branch_id), keys.events(branch_id)):
         ttl = redis_client.ttl(key)
         assert 0 < ttl <= 120, (key, ttl)

@@ -231,9 +231,7 @@ def test_lionagis_hooks_guard_and_observe_calls_on_the_fleet(fleet_settings: Set
         assert seen == {"post": ["add"], "error": ["echo", "fail"]}
         # The guarded call was never enqueued: toolfleet recorded it ABORTED.
         stored = await Branch.load(str(lbranch.id), fleet=fleet)
-        assert [e["execution"]["status"] for e in stored.events if e["function"] == "echo"] == [
-            "aborted"
-        ]
+        assert [e.execution["status"] for e in stored.events if e.function == "echo"] == ["aborted"]
         await fleet.aclose()
 
     asyncio.run(asyncio.wait_for(scenario(), 120))

@@ -242,10 +242,8 @@ def test_mixed_sdk_calls_keep_their_ids_everywhere(
         assert request.content.tool_call_id == response.content.tool_call_id == result.tool_call_id
         assert request.content.call_id == response.content.call_id == result.call_id
     assert branch.messages[4].content.arguments["api_key"] == "***"
-    by_call = {e["call_id"]: e for e in branch.events}
-    assert [by_call[r.call_id]["tool_call_id"] for r in results] == [
-        r.tool_call_id for r in results
-    ]
+    by_call = {e.call_id: e for e in branch.events}
+    assert [by_call[r.call_id].tool_call_id for r in results] == [r.tool_call_id for r in results]
     # the worker's own record carries the id too
     keys = Keys(fleet_settings.key_prefix)
     raw = redis_client.get(keys.event(results[0].call_id))

@@ -97,14 +97,14 @@ def test_a_dead_dispatchers_batch_is_completed_once_by_recover(
     for request in requests:
         response = responses[request.content.action_response_id or ""]
         assert response.content.action_request_id == request.id
-    call_ids = [e["call_id"] for e in branch.events]
+    call_ids = [e.call_id for e in branch.events]
     assert len(set(call_ids)) == CALLS, Counter(call_ids).most_common(3)
-    statuses = Counter(e["execution"]["status"] for e in branch.events)
+    statuses = Counter(e.execution["status"] for e in branch.events)
     assert set(statuses) <= {"completed", "aborted"}, statuses
     assert statuses["completed"] >= written_before
-    aborted = [e for e in branch.events if e["execution"]["status"] == "aborted"]
+    aborted = [e for e in branch.events if e.execution["status"] == "aborted"]
     for event in aborted:
-        assert "DispatcherLostError" in json.dumps(event["execution"]["error"])
+        assert "DispatcherLostError" in json.dumps(event.execution["error"])
     assert not orphaned_batches(redis_client, keys) or all(
         b["branch_id"] != branch_id for b in orphaned_batches(redis_client, keys)
     )

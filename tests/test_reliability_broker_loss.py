@@ -111,9 +111,9 @@ def test_a_broker_restart_mid_batch_ends_every_call_within_the_deadline(
 
     # Every call: its event record and its linked request/response pair, in input order.
     assert_linked_pairs(branch, results)
-    assert [e["call_id"] for e in branch.events] == [r.call_id for r in results]
+    assert [e.call_id for e in branch.events] == [r.call_id for r in results]
     for event, result in zip(branch.events, results, strict=True):
-        assert event["execution"]["status"] == result.status.value
+        assert event.execution["status"] == result.status.value
 
 
 def test_a_broker_down_past_the_outage_limit_fails_every_awaited_call() -> None:

@@ -95,7 +95,7 @@ def test_a_message_published_twice_through_kombu_runs_its_tool_once(
     # The stored record, not a new run: same event id, same output, and one line in the file.
     assert stored is not None
     assert replayed.event["id"] == CallResult.model_validate_json(stored).event["id"]
-    assert replayed.event["id"] == branch.events[0]["id"]
+    assert replayed.event["id"] == branch.events[0].id
     assert replayed.execution["response"] == 1
     assert path.read_text() == "x\n"
     assert_one_response(branch, result, broker)
@@ -150,6 +150,6 @@ def test_a_worker_killed_after_the_tool_finished_but_before_the_ack_does_not_rer
     assert stored is not None
     record = CallResult.model_validate_json(stored)
     assert record.worker == doomed.hostname  # the first run's record still stands
-    assert record.event["id"] == branch.events[0]["id"]
+    assert record.event["id"] == branch.events[0].id
     assert len(path.read_text().splitlines()) == 1  # the tool ran once
     assert_one_response(branch, result, broker)

@@ -159,7 +159,7 @@ def test_a_killed_worker_fails_its_running_call_and_a_survivor_reruns_the_rest(
         assert result.status is EventStatus.COMPLETED
         assert path.read_text() == "x\n"  # not started before the crash: run exactly once
     # Everything after the crash ran on the survivor.
-    assert {e["worker"] for e in branch.events} == {survivor.hostname}
+    assert {e.worker for e in branch.events} == {survivor.hostname}
     assert os.path.exists(lost)
     assert_every_call_answered(branch, results)
     print("worker killed: 1 FAILED (WorkerLostError), 1 re-run, 2 unstarted calls run once")

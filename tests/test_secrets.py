@@ -159,7 +159,7 @@ def test_a_secret_argument_appears_nowhere_but_its_in_flight_message(
         assert branch.messages and branch.events
         for message in branch.messages:
             assert not leaks(message.model_dump_json())
-        assert not leaks(json.dumps(branch.events, default=str))
+        assert not leaks(json.dumps([e.to_dict() for e in branch.events], default=str))
 
     # Flower: every call it knows of, its task pages, its API, its metrics.
     call_ids = [r.call_id for r in (results[0], results[3]) if r.call_id]

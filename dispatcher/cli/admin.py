@@ -24,6 +24,7 @@ from rich.text import Text
 
 from dispatcher.cli.broker_probe import check_reachable, mask_url
 from schemas.errors import ConfigurationError
+from schemas.record import EventRecord
 from schemas.settings import ENV_PREFIX, Settings
 
 __all__ = [
@@ -259,7 +260,7 @@ def _status(args: argparse.Namespace) -> int:
 # -- history ---------------------------------------------------------------------------------
 
 
-def load_history(settings: Settings, branch_id: str) -> tuple[list[Any], list[dict[str, Any]]]:
+def load_history(settings: Settings, branch_id: str) -> tuple[list[Any], list[EventRecord]]:
     """The messages and event records stored for ``branch_id``, in written order."""
     import redis.asyncio as aioredis
 
@@ -272,7 +273,7 @@ def load_history(settings: Settings, branch_id: str) -> tuple[list[Any], list[di
     app.close()
     check_reachable(url, settings.broker_url)
 
-    async def load() -> tuple[list[Any], list[dict[str, Any]]]:
+    async def load() -> tuple[list[Any], list[EventRecord]]:
         client = aioredis.Redis.from_url(url)
         try:
             messages, events = await load_records(client, Keys(settings.key_prefix), branch_id)
@@ -283,7 +284,7 @@ def load_history(settings: Settings, branch_id: str) -> tuple[list[Any], list[di
     return asyncio.run(load())
 
 
-def _find_history(branch_id: str) -> tuple[list[Any], list[dict[str, Any]], list[str]]:
+def _find_history(branch_id: str) -> tuple[list[Any], list[EventRecord], list[str]]:
     """The branch's messages and events from the first store that has them, and every store
     looked in: TOOLFLEET_BROKER_URL, else each embedded fleet running now and each one's
     saved data (embedded runs at the same time keep theirs apart, issue 13 item 5)."""
@@ -333,7 +334,7 @@ def _history(args: argparse.Namespace) -> int:
         payload = {
             "branch_id": args.branch_id,
             "messages": [m.model_dump(mode="json") for m in messages],
-            "events": events,
+            "events": [e.to_dict() for e in events],
         }
         print(json.dumps(payload, default=str))
         return 0

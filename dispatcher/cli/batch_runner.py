@@ -15,7 +15,6 @@ import asyncio
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from dispatcher.cli.batch_file import BatchLine
 from dispatcher.cli.call_record import CallRecord, Outcome
@@ -130,8 +129,7 @@ async def run_batch(
         durations: dict[str, float] = {}
         statuses: dict[str, str] = {}
 
-        def observe(event_record: dict[str, Any]) -> None:
-            record = EventRecord.from_dict(event_record)
+        def observe(record: EventRecord) -> None:
             call_id = record.call_id or record.id
             if call_id is not None and record.duration_s is not None:
                 durations[call_id] = record.duration_s
