@@ -139,8 +139,10 @@ def test_events_only_while_a_monitor_watches(
         assert time.monotonic() - asked < 4.0
         during = _one_call(settings, 2)
         wait_for(
-            lambda: {"task-sent", "task-received", "task-started", "task-succeeded"}
-            <= set(log.of(during)),
+            lambda: (
+                {"task-sent", "task-received", "task-started", "task-succeeded"}
+                <= set(log.of(during))
+            ),
             timeout_s=10,
             what="the four task events of a watched call",
         )

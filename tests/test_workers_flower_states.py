@@ -61,8 +61,10 @@ def flower_state(
     # wait until both hold the lease, so every event of the test's calls is sent.
     celery_app.control.enable_events()
     wait_for(
-        lambda: {sync_worker.hostname, async_worker.hostname}
-        <= set(live_leases(redis_client, monitor_key(celery_app))),
+        lambda: (
+            {sync_worker.hostname, async_worker.hostname}
+            <= set(live_leases(redis_client, monitor_key(celery_app)))
+        ),
         timeout_s=10,
         what="both workers to take the monitor lease",
     )
