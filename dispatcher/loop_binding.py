@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import redis.asyncio as aioredis
 
 from dispatcher.broker_watch import BrokerWatch
-from dispatcher.collector import Collector
+from dispatcher.collector import Collector, connect
 from dispatcher.reconciler import Reconciler
 from schemas.keys import Keys
 from schemas.settings import Settings
@@ -44,7 +44,7 @@ class LoopBinding:
         self.dispatcher_id = uuid.uuid4().hex
         self.reply_key = keys.reply(self.dispatcher_id)
         self.redis = aioredis.Redis.from_url(redis_url)
-        self.collector = Collector(aioredis.Redis.from_url(redis_url), self.reply_key, keys.event)
+        self.collector = Collector(connect(redis_url), self.reply_key, keys.event)
         self.collector.start()
         # Issue 7: a broker restart or long outage must not leave calls awaited forever.
         self.watch = BrokerWatch(

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from typing import Any
 
 import pytest
+import redis
 import redis.asyncio as aioredis
 from pydantic import BaseModel
 
 from dispatcher.act import check_wire
-from dispatcher.collector import Collector
+from dispatcher.collector import Collector, connect
 from dispatcher.context import CallContext
 from dispatcher.envelope import normalize
 from dispatcher.hooks import HookBus, HookPoint, StopHook
@@ -221,6 +223,49 @@ def test_collector_resolves_each_attempt_once_and_ignores_duplicates(
             done = await asyncio.wait_for(asyncio.gather(first, retry), timeout=10)
             assert [r.execution["response"] for r in done] == ["one", "two"]
             assert collector.pending == 0
+            assert await client.llen(reply_key) == 0
+        finally:
+            await collector.aclose()
+            await client.delete(reply_key)
+            await client.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_collector_keeps_a_reply_read_after_the_loop_was_busy_past_redis_pys_timeout(
+    redis_url: str,
+) -> None:
+    """Issue 16: a large batched window keeps the loop busy; the pop's answer must survive it.
+
+    redis-py's default 5 s read timeout counts loop time: a BLMPOP answered while the loop was
+    busy for 6 s timed out and its replies were gone (only the stored records, absent here,
+    could answer them)."""
+
+    async def scenario() -> None:
+        keys = Keys("unit-collector-busy-loop")
+        reply_key = keys.reply("c")
+        client = aioredis.Redis.from_url(redis_url)
+        await client.delete(reply_key)
+        collector = Collector(connect(redis_url), reply_key, keys.event)
+        collector.start()
+        try:
+            late = collector.expect("late", 0)
+
+            async def collector_blocked() -> bool:
+                clients = await client.client_list()
+                return any(c.get("cmd") in ("blmpop", "blpop") for c in clients)
+
+            deadline_s = time.monotonic() + 10
+            while not await collector_blocked():
+                assert time.monotonic() < deadline_s, "the collector never waited on its pop"
+                await asyncio.sleep(0.05)
+            # The server answers the waiting pop at once; the loop, busy for 6 s without a
+            # break (a blocking client and a blocking sleep), reads that answer only after.
+            with redis.Redis.from_url(redis_url) as blocking:
+                blocking.rpush(reply_key, _result("late", 0, "kept"))
+            time.sleep(6.0)  # noqa: ASYNC251 - the busy loop itself, not a wait for anything
+            result = await asyncio.wait_for(late, timeout=10)
+            assert result.execution["response"] == "kept"
             assert await client.llen(reply_key) == 0
         finally:
             await collector.aclose()
