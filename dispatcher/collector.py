@@ -66,6 +66,12 @@ def connect(redis_url: str) -> aioredis.Redis:
     ):
         if hasattr(socket, name):
             options[getattr(socket, name)] = value
+    if redis_url.startswith("unix:"):
+        # A Unix socket has no keepalive (redis-py refuses the option): a dead server is a
+        # reset connection at once.
+        return aioredis.Redis.from_url(
+            redis_url, socket_timeout=_READ_TIMEOUT_S, socket_connect_timeout=5.0
+        )
     return aioredis.Redis.from_url(
         redis_url,
         socket_timeout=_READ_TIMEOUT_S,
