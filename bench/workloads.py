@@ -52,6 +52,16 @@ def _args_sleep(n: int, seconds: float) -> list[dict[str, object]]:
     return [{"seconds": seconds} for _ in range(n)]
 
 
+def warm_count(calls: int, concurrency: int) -> int:
+    """Calls sent to a fresh worker before timing, the same in every mode.
+
+    Twice the concurrency (capped), so each prefork child or pool thread has run a call and
+    opened its connections: the bench measures a warm fleet, not process start-up (a prefork
+    child's first call pays for its Redis connection and its lazy imports).
+    """
+    return min(calls, max(20, min(2 * concurrency, 200)))
+
+
 def _skipped(workload: str, mode: str, reason: str, variant: str = "") -> Result:
     return Result(workload, mode, 0, 0.0, variant=variant, skipped=reason)
 
@@ -74,6 +84,7 @@ def _celery_batch(
         with raw_worker(ctx.broker_url, pool, concurrency, name, profile):
             client = RawCelery(ctx.broker_url, profile)
             try:
+                client.run_batch(task, args[: warm_count(len(args), concurrency)], BATCH_TIMEOUT_S)
                 wall_s = client.run_batch(task, args, BATCH_TIMEOUT_S)
             finally:
                 client.close()
@@ -109,6 +120,8 @@ def _fleet_batch(
             with fleet.FleetClient(
                 ctx.broker_url, batched=batched, events=events, auto=auto
             ) as client:
+                warm = args[: warm_count(len(args), concurrency)]
+                client.run_batch(function, warm, BATCH_TIMEOUT_S)
                 wall_s = client.run_batch(function, args, BATCH_TIMEOUT_S)
     except Exception as exc:
         return Result(workload, mode, len(args), 0.0, variant, extra, error=_text(exc))
