@@ -10,6 +10,11 @@ the worker finishes, the worker's own record of that run is attached to the even
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +28,7 @@ from schemas.keys import Keys
 from schemas.record import EventRecord
 from schemas.settings import Settings
 from schemas.status import EventStatus
+from tests.cli_support import REPO_ROOT, as_at_a_terminal
 from tests.fleet import WorkerProcess, call, start_worker, wait_for
 from tests.reliability_support import PrivateRedis
 
@@ -122,3 +128,76 @@ def test_a_sync_call_past_the_batch_deadline_records_that_it_ran_on_and_complete
     assert result.error is not None and result.error.startswith("ToolTimeoutError")
     assert not mark.exists()
     _assert_truth(settings, branch, worker, mark, EventStatus.FAILED.value)
+
+
+_ACT_SYNC_SCRIPT = """
+import json, os, sys
+from dispatcher import Branch, Fleet
+from schemas.settings import Settings
+
+broker_url, mark = sys.argv[1], sys.argv[2]
+fleet = Fleet(Settings(broker_url=broker_url, tools={tools!r}))
+branch = Branch(fleet=fleet)
+first = branch.act_sync([{"function": "add", "arguments": {"a": 1, "b": 2}}])
+try:
+    branch.act_sync([{"function": "sleep_then_mark", "arguments": {"path": mark, "seconds": 3.0}}])
+    interrupted = False
+except KeyboardInterrupt:
+    interrupted = True
+print(json.dumps({
+    "interrupted": interrupted,
+    "mark_existed": os.path.exists(mark),
+    "branch": branch.id,
+    "first": [r.output for r in first],
+    "loops_bound": fleet.loops_bound,
+    "statuses": [e.execution["status"] for e in branch.events],
+}), flush=True)
+"""
+
+
+def test_ctrl_c_inside_act_sync_raises_keyboardinterrupt_and_records_the_running_call(
+    broker: PrivateRedis, worker: WorkerProcess, tmp_path: Path
+) -> None:
+    """A script's Ctrl-C while ``act_sync`` waits on a running sync call: KeyboardInterrupt
+    reaches the script at once (not when the call ends), the earlier batch keeps its result,
+    the running call is recorded CANCELLED with its linked pair, and the private loop's
+    clients are closed (``loops_bound == 0``)."""
+    settings = Settings(broker_url=broker.url, tools=TOOLS)
+    mark = tmp_path / "mark"
+    script = tmp_path / "script.py"
+    script.write_text(_ACT_SYNC_SCRIPT.replace("{tools!r}", repr(TOOLS)))
+    proc = subprocess.Popen(
+        [sys.executable, str(script), broker.url, str(mark)],
+        preexec_fn=as_at_a_terminal,
+        cwd=REPO_ROOT,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        with broker.client() as client:
+            wait_for(lambda: _running(client), timeout_s=30, what="the sync call to start")
+        assert proc.poll() is None, "the script ended before it was interrupted"
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, stderr
+    report = json.loads(stdout.strip().splitlines()[-1])
+    assert report["interrupted"] is True
+    assert report["mark_existed"] is False  # act_sync returned at the Ctrl-C
+    assert report["first"] == [3]
+    assert report["loops_bound"] == 0
+    assert report["statuses"] == [EventStatus.COMPLETED.value, EventStatus.CANCELLED.value]
+
+    async def load() -> Branch:
+        async with Fleet(settings) as fleet:
+            return await Branch.load(report["branch"], fleet=fleet)
+
+    stored = asyncio.run(load())
+    assert [e.execution["status"] for e in stored.events] == report["statuses"]
+    assert len(stored.messages) == 4  # two linked request/response pairs
+    wait_for(mark.exists, timeout_s=20, what="the sync call to finish on its worker")
