@@ -103,6 +103,7 @@ class Batch:
             len(self.items),
             lambda units, progress: recorder.write(units, fleet, progress=progress),
             self._journal.progress_key,
+            closes=(fleet.keys.open_batches(), self.batch_id),
             on_written=self._forget,
         )
 
@@ -122,7 +123,7 @@ class Batch:
             raise
         finally:
             await self._transaction.publisher.aclose()
-        await self._journal.finish()
+        await self._journal.finish(closed_by_write=self._writer.closing_written)
         return self._results(units)
 
     def _results(self, units: list[Kept | None]) -> list[Any]:
@@ -164,7 +165,7 @@ class Batch:
         (queued ones revoked, running async ones cancelled on their workers).
         """
         await self._writer.close(self._cancelled_units)
-        await self._journal.finish()
+        await self._journal.finish(closed_by_write=self._writer.closing_written)
 
     async def _cancelled_units(self, indexes: list[int]) -> dict[int, Unit | None]:
         transaction = self._transaction

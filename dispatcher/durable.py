@@ -18,22 +18,30 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from schemas.keys import Keys
 
-__all__ = ["APPEND_SCRIPT", "Chunk", "DurableLog", "append_chunk"]
+__all__ = ["APPEND_SCRIPT", "Chunk", "DurableLog", "Progress", "append_chunk"]
 
 log = logging.getLogger(__name__)
 
-# KEYS: events list, history list, written-count key ("" for none).
-# ARGV: count before, count after, ttl seconds, number of events, events..., messages...
+# KEYS: events list, history list, written-count key ("" for none), open-batches hash ("" for
+# none: the chunk does not complete its batch).
+# ARGV: count before, count after, ttl seconds, number of events, batch id, events...,
+# messages...
 # Returns 1 when appended, 0 when the count shows the chunk is in already.
 APPEND_SCRIPT = """
 local n_events = tonumber(ARGV[4])
+if KEYS[4] ~= '' then
+  -- The chunk that completes its batch closes the journal in the same script (issue 16: one
+  -- round trip less per act()): every earlier chunk is in (they are written in order), this
+  -- one is in once the script ends, and a chunk found in already closes it too (idempotent).
+  redis.call('HDEL', KEYS[4], ARGV[5])
+end
 if KEYS[3] ~= '' then
   -- Advance the count and read the old one in one command (issue 16); a chunk already in
   -- puts the count back and appends nothing.
@@ -52,8 +60,8 @@ local function push(key, first, last)
   end
   if last >= first then redis.call('EXPIRE', key, ARGV[3]) end
 end
-push(KEYS[1], 5, 4 + n_events)
-push(KEYS[2], 5 + n_events, #ARGV)
+push(KEYS[1], 6, 5 + n_events)
+push(KEYS[2], 6 + n_events, #ARGV)
 return 1
 """
 
@@ -61,25 +69,45 @@ _RETRY_FIRST_S = 0.2
 _RETRY_MAX_S = 2.0
 
 
+class Progress(NamedTuple):
+    """A batch's written count around one chunk (:func:`dispatcher.journal.progress_key`)."""
+
+    key: str
+    before: int
+    after: int
+    # (open-batches hash, batch id) when the chunk completes its batch: the write closes the
+    # batch's journal too (dispatcher.journal), so closing costs no round trip of its own.
+    closes: tuple[str, str] | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class Chunk:
-    """Serialized units of one run; ``progress`` = (count key, before, after) or None."""
+    """Serialized units of one run; ``progress``: the batch's count around it, or None."""
 
     events: list[str]
     messages: list[str]
     units: int
     first_call_id: str | None
-    progress: tuple[str, int, int] | None = None
+    progress: Progress | tuple[str, int, int] | None = None
 
 
 async def append_chunk(
     client: aioredis.Redis, keys: Keys, branch_id: str, chunk: Chunk, ttl_s: int
 ) -> bool:
     """Append one chunk unless it is in already; True when this call appended it."""
-    key, before, after = chunk.progress or ("", 0, 0)
+    progress = Progress(*chunk.progress) if chunk.progress is not None else Progress("", 0, 0)
+    open_key, batch_id = progress.closes or ("", "")
     appended = await _append_script(client)(
-        keys=[keys.events(branch_id), keys.history(branch_id), key],
-        args=[before, after, ttl_s, len(chunk.events), *chunk.events, *chunk.messages],
+        keys=[keys.events(branch_id), keys.history(branch_id), progress.key, open_key],
+        args=[
+            progress.before,
+            progress.after,
+            ttl_s,
+            len(chunk.events),
+            batch_id,
+            *chunk.events,
+            *chunk.messages,
+        ],
     )
     return bool(appended)
 

@@ -19,7 +19,7 @@ from pydantic_core import PydanticSerializationError
 
 from dispatcher.compact import CompactList
 from dispatcher.context import new_call_id
-from dispatcher.durable import Chunk, DurableLog
+from dispatcher.durable import Chunk, DurableLog, Progress
 from schemas.action import ActionResponseModel
 from schemas.keys import Keys
 from schemas.messages import (
@@ -130,7 +130,7 @@ class BranchHistory:
         units: Sequence[Unit],
         *,
         record_ttl_s: int,
-        progress: tuple[str, int, int] | None = None,
+        progress: Progress | tuple[str, int, int] | None = None,
     ) -> str | None:
         """Write ``units`` in order; returns the Redis error text while some are unwritten.
 

@@ -206,8 +206,13 @@ class BatchJournal:
         except (RedisError, OSError, TimeoutError) as exc:
             log.warning("batch %s: journal not written (%r); running without", entry.batch_id, exc)
 
-    async def finish(self) -> None:
-        """Wait (up to the outage limit) for the branch's unwritten history, then close."""
+    async def finish(self, *, closed_by_write: bool = False) -> None:
+        """Wait (up to the outage limit) for the branch's unwritten history, then close.
+
+        ``closed_by_write``: the history write that completed the batch closes the journal in
+        its own script (dispatcher.durable, issue 16), so once the history is in, the journal
+        is closed and no HDEL of its own is sent.
+        """
         if self._finished:
             return
         self._finished = True
@@ -228,6 +233,8 @@ class BatchJournal:
                     unwritten=unwritten,
                 )
             )
+            return
+        if closed_by_write:
             return
         try:
             await asyncio.wait_for(

@@ -15,6 +15,7 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+from dispatcher.durable import Progress
 from dispatcher.fleet import Fleet
 from dispatcher.history import BranchHistory, Unit
 from dispatcher.hooks import HookBus
@@ -31,8 +32,6 @@ log = logging.getLogger(__name__)
 EventObserver = Callable[[EventRecord], "Awaitable[Any] | Any"]
 MessageCallback = Callable[[Message], "Awaitable[Any] | Any"]
 SignalSink = Callable[[Signal], None]
-# A batch's written-count key, the count before and after a write (dispatcher.journal).
-Progress = tuple[str, int, int]
 
 
 class HistoryRecorder:

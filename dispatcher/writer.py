@@ -12,8 +12,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 
+from dispatcher.durable import Progress
 from dispatcher.history import Unit
-from dispatcher.recorder import Progress
 
 __all__ = ["InOrderWriter", "Record"]
 
@@ -30,11 +30,16 @@ class InOrderWriter:
         record: Record,
         progress_key: str,
         *,
+        closes: tuple[str, str] | None = None,
         on_written: Callable[[int], None] = lambda index: None,
     ) -> None:
         self._total = total
         self._record = record
         self._progress_key = progress_key
+        # (open-batches hash, batch id): the write that completes the batch closes its journal.
+        self._closes = closes
+        # Whether that write was made (written, or kept in the history's backlog to retry).
+        self.closing_written = False
         # Told each index as it is written (the batch forgets that call's context).
         self._on_written = on_written
         self._ready: dict[int, Unit | None] = {}
@@ -77,15 +82,19 @@ class InOrderWriter:
             before, self._next = self._next, self._total
             ordered = [u for _, u in sorted(units.items()) if u is not None]
             if ordered:
-                await self._record(ordered, (self._progress_key, before, self._next))
+                await self._record(ordered, self._progress(before, self._next))
 
     async def _write(self, run: list[Unit], before: int, after: int) -> None:
         """Write ``run`` shielded: a cancelled caller cannot cut a unit in half (C5)."""
-        self._writing = asyncio.ensure_future(
-            self._record(run, (self._progress_key, before, after))
-        )
+        self._writing = asyncio.ensure_future(self._record(run, self._progress(before, after)))
         await asyncio.shield(self._writing)
         self._writing = None
+
+    def _progress(self, before: int, after: int) -> Progress:
+        if after < self._total or self._closes is None:
+            return Progress(self._progress_key, before, after)
+        self.closing_written = True
+        return Progress(self._progress_key, before, after, self._closes)
 
     async def _landed(self) -> None:
         """Wait for a write whose task was cancelled mid-way, so units land in input order."""

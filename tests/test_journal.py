@@ -11,7 +11,7 @@ import redis
 import redis.asyncio as aioredis
 
 from dispatcher import Branch, Fleet
-from dispatcher.durable import Chunk, DurableLog
+from dispatcher.durable import Chunk, DurableLog, Progress
 from dispatcher.hooks import HookPoint
 from dispatcher.journal import load_journal, open_batches
 from schemas.function_calling import REDACTED
@@ -133,3 +133,78 @@ def test_drain_gives_up_at_the_outage_limit(broker: PrivateRedis) -> None:
 
     error, unwritten = asyncio.run(asyncio.wait_for(scenario(), 30))
     assert error is not None and unwritten == 2
+
+
+@pytest.mark.slow
+def test_the_write_that_completes_a_batch_closes_its_journal_in_the_same_script(
+    fleet_settings: Settings,
+    sync_worker: WorkerProcess,
+    redis_client: redis.Redis,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Issue 16: no HDEL round trip of its own after the last unit; the history script that
+    # writes the last unit closes the journal (only once every unit is in).
+    keys = Keys(fleet_settings.key_prefix)
+    closed_apart: list[str] = []
+
+    async def close_apart(client: Any, keys_: Keys, batch_id: str) -> None:
+        closed_apart.append(batch_id)
+
+    monkeypatch.setattr("dispatcher.journal.close_journal", close_apart)
+    seen: list[str] = []
+
+    async def scenario(fleet: Fleet) -> list[Any]:
+        branch = Branch(fleet=fleet)
+
+        async def pre(payload: dict[str, Any]) -> None:
+            open_ = await open_batches(fleet.redis, keys)
+            for batch_id, branch_id, _ in open_:
+                if branch_id == branch.id:
+                    seen.append(batch_id)
+
+        branch.hooks.on(HookPoint.TOOL_PRE, pre)
+        return await branch.act([call("echo", value=1), call("echo", value=2)])
+
+    results = run(fleet_settings, scenario)
+    assert [r.output for r in results] == [1, 2]
+    assert seen, "the batch was open while its calls ran"
+    batch_id = seen[0]
+    assert closed_apart == []
+    assert not redis_client.hexists(keys.open_batches(), batch_id)
+    assert redis_client.get(keys.batch(batch_id) + ":written") == b"2"
+
+
+def test_only_the_chunk_that_completes_its_batch_closes_the_journal(
+    broker: PrivateRedis,
+) -> None:
+    keys = Keys("durable-test")
+
+    async def scenario() -> list[bool]:
+        client = aioredis.Redis.from_url(broker.url, socket_connect_timeout=1)
+        log = DurableLog("b3")
+        open_key = keys.open_batches()
+        seen: list[bool] = []
+        try:
+            await client.hset(open_key, "batch-3", "b3")
+            first = _chunk(2, 0, "w3")
+            assert await log.write(client, keys, first, 60) is None
+            seen.append(bool(await client.hexists(open_key, "batch-3")))
+            last = Chunk(
+                events=['{"n": 2}'],
+                messages=['{"m": 4}', '{"m": 5}'],
+                units=1,
+                first_call_id=None,
+                progress=Progress("w3", 2, 3, (open_key, "batch-3")),
+            )
+            assert await log.write(client, keys, last, 60) is None
+            seen.append(bool(await client.hexists(open_key, "batch-3")))
+            # Re-sent after a lost reply: appends nothing, still closes (idempotent).
+            await client.hset(open_key, "batch-3", "b3")
+            assert await log.write(client, keys, last, 60) is None
+            seen.append(bool(await client.hexists(open_key, "batch-3")))
+            seen.append(await client.llen(keys.events("b3")) == 3)
+            return seen
+        finally:
+            await client.aclose()
+
+    assert asyncio.run(asyncio.wait_for(scenario(), 30)) == [True, False, False, True]
