@@ -47,6 +47,14 @@ TOOLFLEET_PROFILE: dict[str, Any] = {
 }
 
 
+# Only the redelivery settings (no events, no started state): what acks_late with prefetch 1
+# alone costs Celery, the part of toolfleet's settings the design keeps whatever is watching.
+RELIABLE_PROFILE: dict[str, Any] = {
+    key: TOOLFLEET_PROFILE[key]
+    for key in ("task_acks_late", "task_reject_on_worker_lost", "worker_prefetch_multiplier")
+}
+
+
 def make_app(broker_url: str, profile: str | None = None) -> Celery:
     app = Celery("bench_raw", broker=broker_url, backend=broker_url, set_as_current=False)
     app.conf.update(
@@ -58,8 +66,11 @@ def make_app(broker_url: str, profile: str | None = None) -> Celery:
         broker_connection_retry_on_startup=True,
         worker_hijack_root_logger=False,
     )
-    if (profile or os.environ.get("BENCH_CELERY_PROFILE")) == "toolfleet":
+    chosen = profile or os.environ.get("BENCH_CELERY_PROFILE")
+    if chosen == "toolfleet":
         app.conf.update(TOOLFLEET_PROFILE)
+    elif chosen == "reliable":
+        app.conf.update(RELIABLE_PROFILE)
 
     @app.task(name=ECHO, shared=False)
     def echo(value: Any) -> Any:

@@ -27,6 +27,10 @@ SAME_SETTINGS = "toolfleet-settings"
 # The toolfleet variant with task events on, as while Flower watches (TOOLFLEET_TASK_EVENTS=
 # always costs what a monitor's lease turns on: the same PUBLISHes, received or not).
 MONITORED = "monitored"
+# Raw Celery with only the redelivery settings toolfleet keeps unwatched (acks_late,
+# reject_on_worker_lost, prefetch 1; no events, no started state): the floor of a per-call
+# message that is redelivered after a lost worker, which default Celery does not pay.
+RELIABLE = "acks-late-prefetch-1"
 
 
 @dataclass
@@ -141,7 +145,7 @@ def _lionagi(workload: str, func: Callable[..., object], args: list[dict[str, ob
 
 def _key(result: Result) -> str:
     """A mode, plus ``/toolfleet-settings`` for the raw-Celery line that uses them."""
-    for variant in (SAME_SETTINGS, MONITORED):
+    for variant in (SAME_SETTINGS, MONITORED, RELIABLE):
         if variant in result.variant:
             return f"{result.mode}/{variant}"
     return result.mode
@@ -166,6 +170,9 @@ def echo(ctx: Context) -> list[Result]:
         results.append(_celery_batch(ctx, "echo", ECHO, args, "prefork", c))
         results.append(
             _celery_batch(ctx, "echo", ECHO, args, "prefork", c, SAME_SETTINGS, profile="toolfleet")
+        )
+        results.append(
+            _celery_batch(ctx, "echo", ECHO, args, "prefork", c, RELIABLE, profile="reliable")
         )
     for mode in ("toolfleet", "toolfleet-batched", "toolfleet-auto"):
         if ctx.wants(mode):
@@ -222,6 +229,10 @@ def sync(ctx: Context) -> list[Result]:
             row.append(
                 _celery_batch(ctx, "sync", SLEEP_SYNC, args, "prefork", c,
                               f"{variant},{SAME_SETTINGS}", profile="toolfleet")
+            )  # fmt: skip
+            row.append(
+                _celery_batch(ctx, "sync", SLEEP_SYNC, args, "prefork", c,
+                              f"{variant},{RELIABLE}", profile="reliable")
             )  # fmt: skip
         if ctx.wants("toolfleet"):
             row.append(
