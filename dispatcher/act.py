@@ -11,10 +11,12 @@ history recorder (``dispatcher.recorder``).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from dispatcher.cancel import cancelled_error, settle_calls, stopped_result
 from dispatcher.context import CallContext, new_call_id
+from dispatcher.durable import Progress
 from dispatcher.envelope import normalize_batch
 from dispatcher.fleet import Fleet
 from dispatcher.history import Kept, Unit
@@ -64,6 +66,7 @@ class Batch:
                 "to run calls in parallel or 'sequential' to run them one after another"
             )
         self.fleet = fleet
+        self._recorder = recorder
         self.strategy = strategy
         self.suppress = suppress_errors
         self.params = call_params if call_params is not None else CallParams()
@@ -101,7 +104,7 @@ class Batch:
         )
         self._writer = InOrderWriter(
             len(self.items),
-            lambda units, progress: recorder.write(units, fleet, progress=progress),
+            self._record,
             self._journal.progress_key,
             closes=(fleet.keys.open_batches(), self.batch_id),
             on_written=self._forget,
@@ -109,7 +112,8 @@ class Batch:
 
     async def run(self) -> list[Any]:
         await self.fleet.learn_tools(getattr(item, "function", None) for item in self.items)
-        await self._journal.start(self.items, self._call_ids)
+        # Sent with the first publish, or alone before a history write that comes first.
+        self._transaction.publisher.prelude = self._journal.start(self.items, self._call_ids)
         try:
             if self.strategy == "sequential":
                 units = await self._window.sequential(self.items)
@@ -143,6 +147,13 @@ class Batch:
         if self.params.output_dropna:
             results = [r for r in results if r is not None]
         return results
+
+    async def _record(self, units: Sequence[Unit], progress: Progress) -> None:
+        """Write a run of units, never ahead of the batch's journal (issue 12 item 1)."""
+        opening = self._journal.opening
+        if opening is not None:
+            await opening.ensure(self.fleet.redis)
+        await self._recorder.write(units, self.fleet, progress=progress)
 
     async def _run_one(self, item: Item, index: int) -> Unit:
         return await self._transaction.run(item, index, self._call_ids[index])

@@ -17,6 +17,7 @@ from kombu.exceptions import OperationalError
 from schemas import tracing
 from schemas.function_calling import redact
 from schemas.keys import Keys
+from schemas.settings import Settings
 from schemas.tasks import EXECUTE_TASK, task_id_for
 from schemas.tool import Tool
 from schemas.wire import CallMessage
@@ -30,6 +31,7 @@ __all__ = [
     "is_outage",
     "publish_calls",
     "revoke_calls",
+    "send_options",
     "task_id_for",
 ]
 
@@ -52,25 +54,35 @@ def publish_calls(app: Celery, calls: Sequence[tuple[CallMessage, Tool]]) -> Non
     settings = settings_of(app)
     with publishing(app, "calls") as producer:
         for message, tool in calls:
-            options: dict[str, Any] = {}
-            queue = settings.async_queue if tool.kind == "async" else settings.sync_queue
-            limit_s = message.timeout_s or tool.timeout_s
-            if tool.kind != "async" and limit_s:
-                # The prefork pool interrupts a blocking tool with SoftTimeLimitExceeded.
-                options["soft_time_limit"] = limit_s
-                options["time_limit"] = hard_limit_s(limit_s)
+            queue, options = send_options(settings, message, tool)
             app.send_task(
                 EXECUTE_TASK,
                 args=(message.model_dump(mode="json"),),
                 task_id=task_id_for(message),
                 queue=queue,
-                shadow=f"tool:{tool.function}",
-                argsrepr=_argsrepr(message, tool),
-                kwargsrepr="{}",
                 producer=producer,
-                headers=tracing.trace_headers((message,)),
                 **options,
             )
+
+
+def send_options(
+    settings: Settings, message: CallMessage, tool: Tool
+) -> tuple[str, dict[str, Any]]:
+    """A call's queue and the ``send_task`` options of its message (both publishing paths:
+    kombu's here, :mod:`dispatcher.direct_publish`)."""
+    options: dict[str, Any] = {
+        "shadow": f"tool:{tool.function}",
+        "argsrepr": _argsrepr(message, tool),
+        "kwargsrepr": "{}",
+        "headers": tracing.trace_headers((message,)),
+    }
+    queue = settings.async_queue if tool.kind == "async" else settings.sync_queue
+    limit_s = message.timeout_s or tool.timeout_s
+    if tool.kind != "async" and limit_s:
+        # The prefork pool interrupts a blocking tool with SoftTimeLimitExceeded.
+        options["soft_time_limit"] = limit_s
+        options["time_limit"] = hard_limit_s(limit_s)
+    return queue, options
 
 
 def is_outage(error: BaseException) -> bool:

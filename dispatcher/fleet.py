@@ -13,8 +13,16 @@ from typing import Any
 
 import redis.asyncio as aioredis
 from celery import Celery
+from redis.exceptions import RedisError
 
 from dispatcher.collector import Collector
+from dispatcher.direct_publish import (
+    Prelude,
+    direct_publish_possible,
+    encode_call,
+    publish_direct,
+    watched,
+)
 from dispatcher.enqueue import is_outage
 from dispatcher.loop_binding import LoopBinding
 from dispatcher.reconciler import Reconciler
@@ -56,7 +64,8 @@ class Fleet:
         self.app: Celery = create_app(self.settings, registry=self.registry)
         self.redis_url = redis_url_of(self.app)
         # kombu producers are not thread-safe: one publishing thread per fleet, shared by
-        # every loop that uses it.
+        # every loop that uses it (batched messages, and single ones while a monitor watches;
+        # otherwise calls go out on the loop's own client, dispatcher.direct_publish).
         self._executor: ThreadPoolExecutor | None = None
         self._bindings: dict[asyncio.AbstractEventLoop, LoopBinding] = {}
         self._bindings_lock = threading.Lock()
@@ -159,15 +168,20 @@ class Fleet:
         return self.collector.expect(call_id, attempt)
 
     async def publish(
-        self, calls: Sequence[tuple[CallMessage, Tool]], *, batch_size: int | None = None
+        self,
+        calls: Sequence[tuple[CallMessage, Tool]],
+        *,
+        batch_size: int | None = None,
+        before: Prelude | None = None,
     ) -> None:
-        """Enqueue ``calls`` in one hop to the publishing thread; raises BrokerError.
+        """Enqueue ``calls`` in one round trip; raises BrokerError.
 
         With ``batch_size``, up to that many calls share one ``toolfleet.execute_many``
-        message (CallParams.batch_size); otherwise each call is its own task. The reconciler
+        message (CallParams.batch_size); otherwise each call is its own task. ``before``
+        (claimed by the caller) reaches Redis ahead of the first message. The reconciler
         tracks each call from here until its result arrives.
         """
-        await self._publish_raw(calls, batch_size=batch_size)
+        await self._publish_raw(calls, batch_size=batch_size, before=before)
         await self.reconciler.published(calls)
 
     def _publishing_thread(self) -> ThreadPoolExecutor:
@@ -179,20 +193,31 @@ class Fleet:
             return self._executor
 
     async def _publish_raw(
-        self, calls: Sequence[tuple[CallMessage, Tool]], *, batch_size: int | None = None
+        self,
+        calls: Sequence[tuple[CallMessage, Tool]],
+        *,
+        batch_size: int | None = None,
+        before: Prelude | None = None,
     ) -> None:
         """Enqueue ``calls``, retrying through a broker outage up to
         ``TOOLFLEET_OUTAGE_LIMIT_S`` (issue 12: a broker restarting mid-batch must not fail
         the calls not yet enqueued). A retry may enqueue a call twice; its call_id record
-        makes the second message a no-op (C7)."""
+        makes the second message a no-op (C7). ``before`` is sent again with each retry
+        (idempotent writes) and settled once the messages are in or given up."""
         deadline = time.monotonic() + self.settings.outage_limit_s
         delay_s = 0.2
         while True:
             try:
-                await self._publish_once(calls, batch_size)
+                await self._publish_once(calls, batch_size, before)
                 return
-            except BrokerError as exc:
-                if not is_outage(exc) or time.monotonic() + delay_s > deadline:
+            except BaseException as exc:
+                if (
+                    not isinstance(exc, BrokerError)
+                    or not is_outage(exc)
+                    or time.monotonic() + delay_s > deadline
+                ):
+                    if before is not None:
+                        before.settle(exc)
                     raise
                 log.warning(
                     "could not enqueue %d call(s) (%s); retrying for up to %gs "
@@ -205,10 +230,18 @@ class Fleet:
                 delay_s = min(delay_s * 2, 2.0)
 
     async def _publish_once(
-        self, calls: Sequence[tuple[CallMessage, Tool]], batch_size: int | None
+        self,
+        calls: Sequence[tuple[CallMessage, Tool]],
+        batch_size: int | None,
+        before: Prelude | None,
     ) -> None:
         from dispatcher.enqueue import publish_calls
 
+        if batch_size is None and calls and await self._direct_publishing():
+            await self._publish_direct(calls, before)
+            return
+        if before is not None:
+            await before.send_alone(self.redis)
         if not calls:
             return
         loop = asyncio.get_running_loop()
@@ -227,6 +260,35 @@ class Fleet:
                 f"could not enqueue {len(calls)} call(s) on {self.settings.broker_url!r}: "
                 f"{type(exc).__name__}: {exc}; check that the broker is running"
             ) from exc
+
+    async def _direct_publishing(self) -> bool:
+        """Whether calls go out on the loop's client (dispatcher.direct_publish) now."""
+        if not direct_publish_possible(self.app):
+            return False
+        try:
+            return not await watched(self.app, self.redis)
+        except (RedisError, OSError):
+            return False  # kombu's path reports the broker (and retries an outage)
+
+    async def _publish_direct(
+        self, calls: Sequence[tuple[CallMessage, Tool]], before: Prelude | None
+    ) -> None:
+        from dispatcher.enqueue import send_options
+
+        try:
+            encoded = []
+            for message, tool in calls:
+                queue, options = send_options(self.settings, message, tool)
+                encoded.append((queue, encode_call(self.app, message, tool, queue, options)))
+            steps = [before.add_to] if before is not None else []
+            replies = await publish_direct(self.redis, encoded, steps)
+        except Exception as exc:
+            raise BrokerError(
+                f"could not enqueue {len(calls)} call(s) on {self.settings.broker_url!r}: "
+                f"{type(exc).__name__}: {exc}; check that the broker is running"
+            ) from exc
+        if before is not None:
+            before.settle(next((r for r in replies if isinstance(r, Exception)), None))
 
     async def aclose(self) -> None:
         """Close the running loop's clients and background tasks now.

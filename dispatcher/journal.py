@@ -1,13 +1,19 @@
 """The batch journal (issue 12 item 1): what an act() batch is, written before it runs.
 
-Before the first call of a batch is enqueued, the dispatcher stores under ``Keys.batch(id)``
+Before anything of a batch reaches Redis (its first enqueued call, or its first history unit
+when every call is refused before enqueue), the dispatcher stores under ``Keys.batch(id)``
 the batch id, branch id, strategy, the dispatcher's id and every call's call_id, function and
 arguments, in input order, with every secret argument value replaced by ``REDACTED`` (and
 every value, when the tool is unknown). ``Keys.open_batches()`` lists the batches not yet fully
 written. As the batch writes its history it advances ``written``: the number of calls, from
 the start of the input, whose units are in the history; that counter is set in the same
-MULTI as the units it counts. So ``toolfleet recover`` knows exactly which units are still
-missing, and recovering twice writes nothing twice.
+script as the units it counts, and the script that writes the last unit closes the batch. So
+``toolfleet recover`` knows exactly which units are still missing, and recovering twice
+writes nothing twice.
+
+Issue 16: the journal costs no round trip of its own. It rides in the first publish's
+pipeline, ahead of the messages (:class:`JournalOpening`, :mod:`dispatcher.direct_publish`),
+and the close rides in the last history write (:mod:`dispatcher.durable`).
 """
 
 from __future__ import annotations
@@ -37,8 +43,10 @@ __all__ = [
     "BatchJournal",
     "JournalCall",
     "JournalEntry",
+    "JournalOpening",
     "close_journal",
     "journal_calls",
+    "journal_commands",
     "load_journal",
     "open_batches",
     "progress_key",
@@ -111,18 +119,24 @@ def progress_key(keys: Keys, batch_id: str) -> str:
     return keys.batch(batch_id) + ":written"
 
 
+def journal_commands(pipe: Any, keys: Keys, entry: JournalEntry, *, ttl_s: int) -> None:
+    """Add the journal's write to ``pipe`` (a pipeline without MULTI)."""
+    # Issue 16: no MULTI. The entry goes first, so an open listing never names a batch whose
+    # journal is missing; a failure part way leaves an unlisted entry that expires, exactly
+    # like a journal that failed to write (the batch runs without one). ``written`` is reset,
+    # not left absent: a batch id seen before (ids from a seeded random, as under hypothesis)
+    # must not inherit an old count and skip its history.
+    pipe.set(keys.batch(entry.batch_id), entry.to_json(), ex=ttl_s)
+    pipe.set(progress_key(keys, entry.batch_id), 0, ex=ttl_s)
+    pipe.hset(keys.open_batches(), entry.batch_id, entry.branch_id)
+
+
 async def write_journal(
     client: aioredis.Redis, keys: Keys, entry: JournalEntry, *, ttl_s: int
 ) -> None:
-    # Issue 16: one round trip, no MULTI. The entry goes first, so an open listing never
-    # names a batch whose journal is missing; a failure part way leaves an unlisted entry that
-    # expires, exactly like a journal that failed to write (the batch runs without one).
-    # ``written`` is reset, not left absent: a batch id seen before (ids from a seeded
-    # random, as under hypothesis) must not inherit an old count and skip its history.
+    """The journal's write on its own: one round trip."""
     async with client.pipeline(transaction=False) as pipe:
-        pipe.set(keys.batch(entry.batch_id), entry.to_json(), ex=ttl_s)
-        pipe.set(progress_key(keys, entry.batch_id), 0, ex=ttl_s)
-        pipe.hset(keys.open_batches(), entry.batch_id, entry.branch_id)
+        journal_commands(pipe, keys, entry, ttl_s=ttl_s)
         await pipe.execute()
 
 
@@ -161,8 +175,75 @@ def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
+class JournalOpening:
+    """The journal's write, sent once, ahead of the batch's first effect in Redis (issue 16).
+
+    The first publish of the batch carries it in its own pipeline, ahead of the messages
+    (:mod:`dispatcher.direct_publish`: one connection, run in order, no round trip of its own);
+    a history write that comes first (every call refused before enqueue) sends it alone
+    (:meth:`ensure`). Whoever sends it, everyone else waits until it is settled, so nothing of
+    the batch reaches Redis before its journal: no message, no unit, no written count.
+    """
+
+    def __init__(self, keys: Keys, entry: JournalEntry, ttl_s: int) -> None:
+        self._keys = keys
+        self.entry = entry
+        self._ttl_s = ttl_s
+        self.claimed = False
+        self._settled: asyncio.Future[None] | None = None
+
+    def claim(self) -> bool:
+        """True for the one caller that is to send the journal (then it must :meth:`settle`)."""
+        if self.claimed:
+            return False
+        self.claimed = True
+        self._settled = asyncio.get_running_loop().create_future()
+        return True
+
+    def add_to(self, pipe: Any) -> None:
+        journal_commands(pipe, self._keys, self.entry, ttl_s=self._ttl_s)
+
+    def settle(self, error: BaseException | None) -> None:
+        """The claimed write ended: written (``error`` None) or not (the batch runs without)."""
+        if self._settled is None or self._settled.done():
+            return
+        if error is not None:
+            log.warning(
+                "batch %s: journal not written (%r); running without", self.entry.batch_id, error
+            )
+        self._settled.set_result(None)
+
+    async def wait(self) -> None:
+        """Until a claimed write is settled (at once when unclaimed or settled)."""
+        if self._settled is not None and not self._settled.done():
+            await asyncio.shield(self._settled)
+
+    async def ensure(self, client: aioredis.Redis) -> None:
+        """Before a write of the batch's own: the journal sent alone if nobody has, else
+        waited for."""
+        if not self.claim():
+            await self.wait()
+            return
+        await self.send_alone(client)
+
+    async def send_alone(self, client: aioredis.Redis) -> None:
+        """The claimer's write when it cannot ride in a publishing pipeline; then settled."""
+        error: BaseException | None = None
+        try:
+            await asyncio.wait_for(
+                write_journal(client, self._keys, self.entry, ttl_s=self._ttl_s),
+                JOURNAL_WRITE_TIMEOUT_S,
+            )
+        except (RedisError, OSError, TimeoutError) as exc:
+            error = exc
+        except BaseException as exc:
+            self.settle(exc)
+            raise
+        self.settle(error)
+
+
 class BatchJournal:
-    """One act() batch's journal: written before it runs, closed once its history is in.
+    """One act() batch's journal: written before its first effect, closed once its history is in.
 
     ``durable`` is the branch history's log of unwritten units (drained before closing);
     ``signal`` receives the HistoryWriteFailed raised when it cannot be drained.
@@ -186,10 +267,12 @@ class BatchJournal:
         self._signal = signal
         self.progress_key = progress_key(fleet.keys, batch_id)
         self._finished = False
+        self.opening: JournalOpening | None = None
 
-    async def start(
+    def start(
         self, items: Sequence[Envelope | MalformedRequestError], call_ids: Sequence[str]
-    ) -> None:
+    ) -> JournalOpening:
+        """The journal's write, not yet sent: its first publish or history write sends it."""
         fleet = self._fleet
         entry = JournalEntry(
             batch_id=self.batch_id,
@@ -198,20 +281,16 @@ class BatchJournal:
             dispatcher_id=fleet.collector_id,
             calls=journal_calls(items, call_ids, fleet.registry, fleet.announced_secret_args),
         )
-        try:
-            await asyncio.wait_for(
-                write_journal(fleet.redis, fleet.keys, entry, ttl_s=fleet.settings.record_ttl_s),
-                JOURNAL_WRITE_TIMEOUT_S,
-            )
-        except (RedisError, OSError, TimeoutError) as exc:
-            log.warning("batch %s: journal not written (%r); running without", entry.batch_id, exc)
+        self.opening = JournalOpening(fleet.keys, entry, fleet.settings.record_ttl_s)
+        return self.opening
 
     async def finish(self, *, closed_by_write: bool = False) -> None:
         """Wait (up to the outage limit) for the branch's unwritten history, then close.
 
         ``closed_by_write``: the history write that completed the batch closes the journal in
         its own script (dispatcher.durable, issue 16), so once the history is in, the journal
-        is closed and no HDEL of its own is sent.
+        is closed and no HDEL of its own is sent. A journal never sent (nothing of the batch
+        reached Redis) has nothing to close.
         """
         if self._finished:
             return
@@ -234,8 +313,9 @@ class BatchJournal:
                 )
             )
             return
-        if closed_by_write:
+        if closed_by_write or self.opening is None or not self.opening.claimed:
             return
+        await self.opening.wait()
         try:
             await asyncio.wait_for(
                 close_journal(fleet.redis, fleet.keys, self.batch_id), JOURNAL_WRITE_TIMEOUT_S

@@ -14,6 +14,7 @@ import math
 from collections.abc import Sequence
 from typing import Literal
 
+from dispatcher.direct_publish import Prelude
 from dispatcher.fleet import Fleet
 from schemas import tracing
 from schemas.tool import Tool
@@ -91,6 +92,8 @@ class Publisher:
         self._batch_size = batch_size
         self._buffer: list[tuple[CallMessage, Tool, asyncio.Future[None]]] = []
         self._flusher: asyncio.Task[None] | None = None
+        # Sent ahead of the first message (the batch journal), in the same round trip.
+        self.prelude: Prelude | None = None
 
     async def submit(self, message: CallMessage, tool: Tool) -> None:
         loop = asyncio.get_running_loop()
@@ -127,11 +130,21 @@ class Publisher:
                         f.set_result(None)
 
     async def _publish(self, calls: Calls) -> None:
-        if self._batch_size != "auto":
-            await self._fleet.publish(calls, batch_size=self._batch_size)
-            return
-        for group, size in auto_plan(calls, self._fleet.collector.pending):
-            await self._fleet.publish(group, batch_size=size)
+        before = self.prelude
+        if before is not None and not before.claim():
+            await before.wait()  # sent already, or being sent (alone, by a history write)
+            before = None
+        try:
+            if self._batch_size != "auto":
+                await self._fleet.publish(calls, batch_size=self._batch_size, before=before)
+                return
+            for group, size in auto_plan(calls, self._fleet.collector.pending):
+                await self._fleet.publish(group, batch_size=size, before=before)
+                before = None
+        except BaseException as exc:
+            if before is not None:
+                before.settle(exc)  # whatever failed, nobody waits for it forever
+            raise
 
     async def aclose(self) -> None:
         flusher, self._flusher = self._flusher, None

@@ -28,9 +28,9 @@ def _observe(fleet: Fleet) -> list[tuple[int, int | None]]:
     seen: list[tuple[int, int | None]] = []
     publish = fleet.publish
 
-    async def observed(calls: Any, *, batch_size: int | None = None) -> None:
+    async def observed(calls: Any, *, batch_size: int | None = None, **kwargs: Any) -> None:
         seen.append((len(calls), batch_size))
-        await publish(calls, batch_size=batch_size)
+        await publish(calls, batch_size=batch_size, **kwargs)
 
     fleet.publish = observed  # type: ignore[method-assign]
     return seen

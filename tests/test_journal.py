@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
+import uuid
 from typing import Any
 
 import pytest
@@ -12,8 +14,7 @@ import redis.asyncio as aioredis
 
 from dispatcher import Branch, Fleet
 from dispatcher.durable import Chunk, DurableLog, Progress
-from dispatcher.hooks import HookPoint
-from dispatcher.journal import load_journal, open_batches
+from dispatcher.journal import load_journal
 from schemas.function_calling import REDACTED
 from schemas.keys import Keys
 from schemas.settings import Settings
@@ -24,28 +25,50 @@ from tests.reliability_support import PrivateRedis
 SECRET = "sk-journal-secret-123"
 
 
+class CommandLog:
+    """Every command the server runs on ``db``, in the order it ran them (Redis MONITOR)."""
+
+    def __init__(self, url: str, db: int) -> None:
+        self._client = redis.Redis.from_url(url)
+        self._db = db
+        self._stop = f"stop-command-log-{uuid.uuid4().hex}"
+        self.commands: list[str] = []
+        self.clients: list[str] = []  # the connection (client port) of each command
+        self._thread = threading.Thread(target=self._listen, daemon=True)
+
+    def __enter__(self) -> CommandLog:
+        self._monitor = self._client.monitor().__enter__()  # MONITOR is on once this returns
+        self._thread.start()
+        return self
+
+    def _listen(self) -> None:
+        for info in self._monitor.listen():
+            if self._stop in info["command"]:
+                return
+            if info["db"] == self._db:
+                self.commands.append(info["command"])
+                self.clients.append(info["client_port"])
+
+    def __exit__(self, *exc: object) -> None:
+        self._client.echo(self._stop)
+        self._thread.join(timeout=30)
+        self._monitor.__exit__()
+        self._client.close()
+        assert not self._thread.is_alive(), "MONITOR never saw the stop command"
+
+
 @pytest.mark.slow
 def test_the_journal_lists_every_call_before_the_first_is_enqueued_and_holds_no_secret(
-    fleet_settings: Settings, sync_worker: WorkerProcess, redis_client: redis.Redis
+    fleet_settings: Settings,
+    sync_worker: WorkerProcess,
+    redis_client: redis.Redis,
+    redis_url: str,
+    redis_db: int,
 ) -> None:
     keys = Keys(fleet_settings.key_prefix)
-    seen_before_enqueue: list[dict[str, Any]] = []
 
     async def scenario(fleet: Fleet) -> tuple[Branch, list[Any]]:
         branch = Branch(fleet=fleet)
-
-        async def pre(payload: dict[str, Any]) -> None:
-            # TOOL_PRE runs before the call is enqueued: the journal must be there already.
-            if seen_before_enqueue:
-                return
-            open_ = await open_batches(fleet.redis, keys)
-            mine = [batch_id for batch_id, branch_id, _ in open_ if branch_id == branch.id]
-            assert len(mine) == 1
-            loaded = await load_journal(fleet.redis, keys, mine[0])
-            assert loaded is not None
-            seen_before_enqueue.append({"batch_id": mine[0], "entry": loaded[0]})
-
-        branch.hooks.on(HookPoint.TOOL_PRE, pre)
         requests = [
             call("with_secret", query="q", api_key=SECRET),
             call("echo", value=1),
@@ -54,22 +77,77 @@ def test_the_journal_lists_every_call_before_the_first_is_enqueued_and_holds_no_
         ]
         return branch, await branch.act(requests)
 
-    branch, results = run(fleet_settings, scenario)
-    before = seen_before_enqueue[0]
-    entry = before["entry"]
+    # Unwatched (a lease left by an earlier monitor test would send calls through kombu's
+    # path, for its task-sent event): forget the leases.
+    redis_client.delete(fleet_settings.key("monitor"))
+    with CommandLog(redis_url, redis_db) as log:
+        branch, results = run(fleet_settings, scenario)
+    record = redis_client.get(keys.event(results[1].call_id))
+    assert record is not None
+    batch_id = CallResult.model_validate_json(record).batch_id
+    assert batch_id is not None
+    # Issue 16: the journal rides in the first publish's pipeline, ahead of the message; the
+    # server runs it first (one connection, in order), so the journal is in before any call
+    # can reach a worker.
+    journal_at = _first(log.commands, f"SET {keys.batch(batch_id)} ")
+    listed_at = _first(log.commands, f"HSET {keys.open_batches()} {batch_id} ")
+    enqueued_at = _first(log.commands, f'LPUSH {fleet_settings.sync_queue} {{"body"')
+    assert journal_at < listed_at < enqueued_at, log.commands
+    # ... in the same round trip: the same connection, nothing of the batch in between.
+    assert log.clients[journal_at] == log.clients[listed_at] == log.clients[enqueued_at]
+    loaded = asyncio.run(_load(redis_url, keys, batch_id))
+    assert loaded is not None
+    entry = loaded[0]
     assert entry.branch_id == branch.id and entry.strategy == "concurrent"
     assert [c.function for c in entry.calls] == ["with_secret", "echo", "no_such_tool", ""]
     assert [c.call_id for c in entry.calls] == [r.call_id for r in results]
     assert entry.calls[0].arguments == {"query": "q", "api_key": REDACTED}
     assert entry.calls[2].arguments == {"token": REDACTED}
-    raw = redis_client.get(keys.batch(before["batch_id"]))
+    raw = redis_client.get(keys.batch(batch_id))
     assert raw is not None and SECRET.encode() not in raw
     # Each call's terminal record names its batch; the batch is fully written and closed.
-    record = redis_client.get(keys.event(results[1].call_id))
-    assert record is not None
-    assert CallResult.model_validate_json(record).batch_id == before["batch_id"]
-    assert redis_client.get(keys.batch(before["batch_id"]) + ":written") == b"4"
-    assert not redis_client.hexists(keys.open_batches(), before["batch_id"])
+    assert redis_client.get(keys.batch(batch_id) + ":written") == b"4"
+    assert not redis_client.hexists(keys.open_batches(), batch_id)
+
+
+@pytest.mark.slow
+def test_a_batch_of_refused_calls_writes_its_journal_before_its_history(
+    fleet_settings: Settings, redis_client: redis.Redis, redis_url: str, redis_db: int
+) -> None:
+    # No call is enqueued, so no publish carries the journal: the first history write sends
+    # it alone, first.
+    keys = Keys(fleet_settings.key_prefix)
+
+    async def scenario(fleet: Fleet) -> tuple[Branch, list[Any]]:
+        branch = Branch(fleet=fleet)
+        return branch, await branch.act([call("no_such_tool", x=1), {"not": "a request"}])
+
+    with CommandLog(redis_url, redis_db) as log:
+        branch, results = run(fleet_settings, scenario)
+    assert [r.error is not None for r in results] == [True, True]
+    listed = [c for c in log.commands if c.startswith(f"HSET {keys.open_batches()} ")]
+    assert len(listed) == 1
+    batch_id = listed[0].split(" ")[2]
+    listed_at = log.commands.index(listed[0])
+    written_at = _first(log.commands, "EVALSHA ")
+    assert listed_at < written_at, log.commands
+    assert redis_client.get(keys.batch(batch_id) + ":written") == b"2"
+    assert not redis_client.hexists(keys.open_batches(), batch_id)
+    assert redis_client.llen(keys.events(branch.id)) == 2
+
+
+def _first(commands: list[str], prefix: str) -> int:
+    found = [i for i, c in enumerate(commands) if c.startswith(prefix)]
+    assert found, f"no command starting {prefix!r} in {commands}"
+    return found[0]
+
+
+async def _load(url: str, keys: Keys, batch_id: str) -> Any:
+    client = aioredis.Redis.from_url(url)
+    try:
+        return await load_journal(client, keys, batch_id)
+    finally:
+        await client.aclose()
 
 
 def _chunk(n: int, before: int, key: str) -> Chunk:
@@ -151,24 +229,17 @@ def test_the_write_that_completes_a_batch_closes_its_journal_in_the_same_script(
         closed_apart.append(batch_id)
 
     monkeypatch.setattr("dispatcher.journal.close_journal", close_apart)
-    seen: list[str] = []
 
     async def scenario(fleet: Fleet) -> list[Any]:
         branch = Branch(fleet=fleet)
-
-        async def pre(payload: dict[str, Any]) -> None:
-            open_ = await open_batches(fleet.redis, keys)
-            for batch_id, branch_id, _ in open_:
-                if branch_id == branch.id:
-                    seen.append(batch_id)
-
-        branch.hooks.on(HookPoint.TOOL_PRE, pre)
         return await branch.act([call("echo", value=1), call("echo", value=2)])
 
     results = run(fleet_settings, scenario)
     assert [r.output for r in results] == [1, 2]
-    assert seen, "the batch was open while its calls ran"
-    batch_id = seen[0]
+    record = redis_client.get(keys.event(results[0].call_id))
+    assert record is not None
+    batch_id = CallResult.model_validate_json(record).batch_id
+    assert batch_id is not None and redis_client.exists(keys.batch(batch_id))
     assert closed_apart == []
     assert not redis_client.hexists(keys.open_batches(), batch_id)
     assert redis_client.get(keys.batch(batch_id) + ":written") == b"2"

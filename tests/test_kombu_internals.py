@@ -19,7 +19,8 @@ from kombu import Connection, Queue
 from kombu.transport import redis as kombu_redis
 
 import tests.sample_tools  # noqa: F401  (registers the echo tool)
-from dispatcher.enqueue import publish_calls
+from dispatcher.direct_publish import direct_publish_possible, encode_call, publish_direct
+from dispatcher.enqueue import publish_calls, send_options
 from dispatcher.kombu_internals import (
     KOMBU_WRITTEN_AGAINST,
     PRIORITY_SEPARATOR,
@@ -145,6 +146,63 @@ def test_a_published_call_is_a_json_message_whose_headers_and_body_decode(
     assert body[0][0]["call_id"] == call_id, changed(f"the body's args are {body[0]}")
     assert call_ids_of(raw) == {call_id}
     assert count_queued(redis_client, queue) == 1
+
+
+@pytest.mark.parametrize(
+    ("function", "arguments", "timeout_s"),
+    [
+        ("echo", {"value": 1}, None),
+        ("slow_sync", {"seconds": 0.1}, None),  # the tool's time limits in the headers
+        ("with_secret", {"query": "q", "api_key": "sk-x"}, 3.0),  # redacted argsrepr
+        ("sleep_async", {"seconds": 0.1}, 2.0),  # the async queue, no time limit
+    ],
+)
+def test_a_direct_publish_queues_what_kombu_would(
+    redis_url: str,
+    redis_client: redis.Redis,
+    queue: str,
+    function: str,
+    arguments: dict[str, Any],
+    timeout_s: float | None,
+) -> None:
+    # Issue 16: dispatcher.direct_publish writes kombu's message itself (no publishing
+    # thread); the bytes it queues must be what kombu's producer queues for the same call,
+    # but for the delivery tag (a fresh uuid per publish) and Celery's reply_to (the
+    # publishing thread's id).
+    settings = Settings(broker_url=redis_url, sync_queue=queue, async_queue=queue)
+    app = create_app(settings)
+    message = make_call(function, arguments, timeout_s=timeout_s)
+    tool = registry.get(function)
+    try:
+        assert direct_publish_possible(app)
+        publish_calls(app, [(message, tool)])
+        (theirs_raw,) = redis_client.lrange(queue, 0, -1)
+        redis_client.delete(queue)
+        target, options = send_options(settings, message, tool)
+        assert target == queue
+
+        async def direct() -> None:
+            client = aioredis.Redis.from_url(redis_url)
+            try:
+                await publish_direct(
+                    client, [(target, encode_call(app, message, tool, target, options))]
+                )
+            finally:
+                await client.aclose()
+
+        asyncio.run(direct())
+        (ours_raw,) = redis_client.lrange(queue, 0, -1)
+    finally:
+        app.close()
+    theirs, ours = json.loads(theirs_raw), json.loads(ours_raw)
+    for payload in (theirs, ours):
+        assert payload["properties"].pop("delivery_tag")
+        assert payload["properties"].pop("reply_to")
+    assert ours == theirs, changed(
+        f"kombu queues {json.dumps(theirs)[:600]}, dispatcher.direct_publish "
+        f"{json.dumps(ours)[:600]}: fix dispatcher/direct_publish.py"
+    )
+    assert call_ids_of(ours_raw) == {message.call_id}
 
 
 def test_a_reserved_call_is_in_unacked_as_message_exchange_routing_key(
