@@ -56,7 +56,8 @@ _KEEPALIVE_PROBES = 3
 
 
 def connect(redis_url: str) -> aioredis.Redis:
-    """The collector's own client: a long read timeout, dead peers found by TCP keepalive."""
+    """A dispatcher client (the collector's, and the loop's history/publishing and reconciler
+    clients): a long read timeout, dead peers found by TCP keepalive."""
     options: dict[int, int] = {}
     # Linux names; elsewhere the kernel's keepalive defaults apply.
     for name, value in (

@@ -43,11 +43,18 @@ class LoopBinding:
         self.loop = asyncio.get_running_loop()
         self.dispatcher_id = uuid.uuid4().hex
         self.reply_key = keys.reply(self.dispatcher_id)
-        self.redis = aioredis.Redis.from_url(redis_url)
+        # Issue 16: the history, journal and publishing client reads as the collector's does
+        # (dispatcher.collector.connect): redis-py's default 5 s read timeout counts loop time,
+        # so a loop kept busy by a large window timed out replies already in the socket — a
+        # history write retried, a publish sent twice. A dead broker is found by keepalive.
+        self.redis = connect(redis_url)
         self.collector = Collector(connect(redis_url), self.reply_key, keys.event)
         self.collector.start()
         # Issue 7: a broker restart or long outage must not leave calls awaited forever.
         self.watch = BrokerWatch(
+            # Keeps redis-py's 5 s read timeout: its probe is how a stalled broker (alive to
+            # TCP keepalive, answering nothing) is noticed; a probe missed to a busy loop only
+            # starts an outage that a later probe ends.
             aioredis.Redis.from_url(redis_url),
             self.collector,
             keys,
@@ -60,7 +67,7 @@ class LoopBinding:
         # Issue 12: a queue with no worker, or a message the broker lost, must not leave a
         # call awaited forever.
         self.reconciler = Reconciler(
-            aioredis.Redis.from_url(redis_url),
+            connect(redis_url),
             self.collector,
             keys,
             settings,

@@ -16,6 +16,7 @@ from dispatcher.act import check_wire
 from dispatcher.collector import Collector, connect
 from dispatcher.context import CallContext
 from dispatcher.envelope import normalize
+from dispatcher.fleet import Fleet
 from dispatcher.hooks import HookBus, HookPoint, StopHook
 from dispatcher.permissions import PermissionPolicy
 from dispatcher.session import Session
@@ -28,6 +29,7 @@ from schemas.errors import (
 )
 from schemas.keys import Keys
 from schemas.messages import ActionRequest, ActionRequestContent
+from schemas.settings import Settings
 from schemas.tool import Tool
 from schemas.wire import CallResult
 
@@ -273,6 +275,47 @@ def test_collector_keeps_a_reply_read_after_the_loop_was_busy_past_redis_pys_tim
             await client.aclose()
 
     asyncio.run(scenario())
+
+
+def test_the_fleets_other_clients_keep_a_reply_read_after_the_loop_was_busy(
+    redis_url: str,
+) -> None:
+    """Issue 16: the history/publishing client and the reconciler's read as the collector's:
+    a reply that arrived while the loop was busy for 6 s is read, not timed out."""
+    keys = ["unit-busy-loop-history", "unit-busy-loop-reconciler"]
+
+    async def scenario() -> list[Any]:
+        fleet = Fleet(Settings(broker_url=redis_url))
+        watcher = aioredis.Redis.from_url(redis_url)
+        try:
+            await watcher.delete(*keys)
+            clients = [fleet.redis, fleet.reconciler.client]
+            reads = [
+                asyncio.ensure_future(client.blpop([key], timeout=3))
+                for client, key in zip(clients, keys, strict=True)
+            ]
+
+            async def both_waiting() -> bool:
+                listed = await watcher.client_list()
+                return sum(c.get("cmd") == "blpop" for c in listed) >= 2
+
+            deadline_s = time.monotonic() + 10
+            while not await both_waiting():
+                assert time.monotonic() < deadline_s, "the reads never reached the server"
+                await asyncio.sleep(0.05)
+            # The server answers both at once; the loop reads the answers only after 6 s busy.
+            with redis.Redis.from_url(redis_url) as blocking:
+                for key in keys:
+                    blocking.rpush(key, "kept")
+            time.sleep(6.0)  # noqa: ASYNC251 - the busy loop itself, not a wait for anything
+            return await asyncio.wait_for(asyncio.gather(*reads), timeout=10)
+        finally:
+            await watcher.delete(*keys)
+            await watcher.aclose()
+            await fleet.aclose()
+
+    found = asyncio.run(scenario())
+    assert [value for _, value in found] == [b"kept", b"kept"]
 
 
 def test_collector_recovers_a_result_whose_reply_was_lost_from_its_stored_record(
