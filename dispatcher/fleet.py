@@ -83,6 +83,10 @@ class Fleet:
 
     def _bind(self) -> LoopBinding:
         loop = asyncio.get_running_loop()
+        # Lock-free for the common case (several times per call): a dict read is atomic.
+        binding = self._bindings.get(loop)
+        if binding is not None:
+            return binding
         with self._bindings_lock:
             binding = self._bindings.get(loop)
             if binding is not None:
