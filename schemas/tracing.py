@@ -115,10 +115,19 @@ def span(
             raise
 
 
+# The OpenTelemetry API loads a provider named by this variable on first use; checking it
+# costs an os.environ miss (a KeyError inside) per call, so it is read once, at import.
+_PROVIDER_ENV = "OTEL_PYTHON_TRACER_PROVIDER" in os.environ
+_UNKNOWN = object()
+
+
 def _no_provider() -> bool:
     """True while no TracerProvider is installed (the API's proxy, or its explicit no-op):
     every span would be a non-recording one."""
     assert trace is not None
+    # Fast path (twice per call on each side): the API's own global, still unset.
+    if getattr(trace, "_TRACER_PROVIDER", _UNKNOWN) is None and not _PROVIDER_ENV:
+        return True
     return isinstance(
         trace.get_tracer_provider(), trace.ProxyTracerProvider | trace.NoOpTracerProvider
     )
