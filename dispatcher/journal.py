@@ -187,7 +187,10 @@ class JournalOpening:
 
     def __init__(self, keys: Keys, entry: JournalEntry, ttl_s: int) -> None:
         self._keys = keys
-        self.entry = entry
+        self.batch_id = entry.batch_id
+        # Dropped once settled: a big batch's journal (every call's arguments) must not live
+        # as long as the batch (issue 16's memory target: 100,000 calls, < 250 MB).
+        self.entry: JournalEntry | None = entry
         self._ttl_s = ttl_s
         self.claimed = False
         self._settled: asyncio.Future[None] | None = None
@@ -201,16 +204,20 @@ class JournalOpening:
         return True
 
     def add_to(self, pipe: Any) -> None:
-        journal_commands(pipe, self._keys, self.entry, ttl_s=self._ttl_s)
+        journal_commands(pipe, self._keys, self._unsent(), ttl_s=self._ttl_s)
+
+    def _unsent(self) -> JournalEntry:
+        if self.entry is None:
+            raise RuntimeError(f"batch {self.batch_id}: its journal was already settled")
+        return self.entry
 
     def settle(self, error: BaseException | None) -> None:
         """The claimed write ended: written (``error`` None) or not (the batch runs without)."""
         if self._settled is None or self._settled.done():
             return
         if error is not None:
-            log.warning(
-                "batch %s: journal not written (%r); running without", self.entry.batch_id, error
-            )
+            log.warning("batch %s: journal not written (%r); running without", self.batch_id, error)
+        self.entry = None
         self._settled.set_result(None)
 
     async def wait(self) -> None:
@@ -231,7 +238,7 @@ class JournalOpening:
         error: BaseException | None = None
         try:
             await asyncio.wait_for(
-                write_journal(client, self._keys, self.entry, ttl_s=self._ttl_s),
+                write_journal(client, self._keys, self._unsent(), ttl_s=self._ttl_s),
                 JOURNAL_WRITE_TIMEOUT_S,
             )
         except (RedisError, OSError, TimeoutError) as exc:

@@ -408,3 +408,28 @@ def test_cancel_and_wait_stops_a_task_that_swallowed_its_first_cancellation() ->
         return swallowed
 
     assert asyncio.run(scenario()) == 1
+
+
+def test_a_settled_journal_opening_lets_go_of_the_batchs_calls() -> None:
+    """Issue 16: the journal of a 100,000-call batch holds every call's arguments; kept
+    until the batch ends it cost ~29 MB of the dispatcher's peak. Once its write is settled
+    (sent with the first publish), the opening keeps only the batch id."""
+    from dispatcher.journal import JournalCall, JournalEntry, JournalOpening
+
+    calls = [JournalCall(call_id=f"c{i}", function="echo", arguments={"v": i}) for i in range(3)]
+    entry = JournalEntry(batch_id="b1", branch_id="br", strategy="concurrent",
+                         dispatcher_id="d", calls=calls)  # fmt: skip
+
+    async def scenario() -> JournalOpening:
+        opening = JournalOpening(Keys(), entry, ttl_s=60)
+        assert opening.claim()
+        assert opening.entry is entry  # still needed while the publish may be retried
+        opening.settle(None)
+        await asyncio.wait_for(opening.wait(), 1)
+        return opening
+
+    opening = asyncio.run(scenario())
+    assert opening.entry is None
+    assert opening.batch_id == "b1"
+    with pytest.raises(RuntimeError, match="b1: its journal was already settled"):
+        opening.add_to(object())
