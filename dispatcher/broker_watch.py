@@ -23,7 +23,7 @@ from kombu.utils.url import maybe_sanitize_url
 from redis.exceptions import RedisError
 
 from dispatcher.collector import Collector
-from dispatcher.stopping import cancel_and_wait
+from dispatcher.stopping import cancel_and_wait, raise_if_cancelled
 from dispatcher.whereabouts import Place, locate
 from schemas.errors import BrokerError
 from schemas.keys import Keys
@@ -95,7 +95,9 @@ class BrokerWatch:
             try:
                 await self.check()
             except Exception:
+                raise_if_cancelled()
                 log.exception("broker watch %s: unexpected error; continuing", self.broker_url)
+            raise_if_cancelled()  # check() reports a failed read as an outage, a cancel too
             await asyncio.sleep(CHECK_INTERVAL_S)
 
     async def check(self) -> None:

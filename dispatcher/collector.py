@@ -32,7 +32,7 @@ import redis.asyncio as aioredis
 from pydantic import ValidationError
 from redis.exceptions import RedisError, ResponseError
 
-from dispatcher.stopping import cancel_and_wait
+from dispatcher.stopping import cancel_and_wait, raise_if_cancelled
 from schemas.wire import CallResult
 
 __all__ = ["Collector", "connect"]
@@ -170,6 +170,7 @@ class Collector:
     async def _run(self) -> None:
         last_reply_s = time.monotonic()
         while True:
+            raise_if_cancelled()  # recover() below may have caught the cancel itself
             try:
                 replies = await self._pop()
                 for raw in replies:
@@ -180,11 +181,13 @@ class Collector:
                     await self.recover()
                     last_reply_s = time.monotonic()
             except (RedisError, OSError) as exc:
+                raise_if_cancelled()
                 log.warning("collector %s: %s; reconnecting", self.reply_key, exc)
                 await asyncio.sleep(_RECONNECT_DELAY_S)
                 with contextlib.suppress(RedisError, OSError):
                     await self.recover()
             except Exception:
+                raise_if_cancelled()
                 log.exception("collector %s: unexpected error; continuing", self.reply_key)
                 await asyncio.sleep(_RECONNECT_DELAY_S)
 

@@ -31,7 +31,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from dispatcher.collector import Collector
-from dispatcher.stopping import cancel_and_wait
+from dispatcher.stopping import cancel_and_wait, raise_if_cancelled
 from dispatcher.whereabouts import Place, Sighting, locate
 from schemas.errors import CallLostError, NoWorkerError
 from schemas.keys import Keys
@@ -164,9 +164,12 @@ class Reconciler:
             try:
                 await self.tick()
             except (RedisError, OSError) as exc:
+                raise_if_cancelled()
                 log.debug("reconciler: broker unreachable (%s); the broker watch reports it", exc)
             except Exception:
+                raise_if_cancelled()
                 log.exception("reconciler %s: unexpected error; continuing", self.dispatcher_id)
+            raise_if_cancelled()  # also when tick() caught the cancel itself
             await asyncio.sleep(TICK_S)
 
     async def tick(self) -> None:

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 from typing import Any
 
-__all__ = ["cancel_and_wait"]
+__all__ = ["cancel_and_wait", "raise_if_cancelled"]
 
 _RECANCEL_S = 0.1
 
@@ -23,3 +23,17 @@ async def cancel_and_wait(task: asyncio.Task[Any]) -> None:
         await asyncio.wait({task}, timeout=_RECANCEL_S)
     with contextlib.suppress(asyncio.CancelledError, Exception):
         task.result()  # retrieved, so asyncio does not log "exception never retrieved"
+
+
+def raise_if_cancelled() -> None:
+    """In a background loop's error handler: raise ``CancelledError`` if this task was
+    cancelled, whatever error the cancel came out as.
+
+    ``cancel_and_wait`` re-cancels, but ``asyncio.run`` cancels a loop's leftover tasks only
+    once: a loop that caught its cancel as a redis-py error and went on kept ``asyncio.run``
+    from returning (tests/test_sync_api.py hung on it in CI). ``Task.cancelling()`` stays set
+    however the cancel was caught.
+    """
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError

@@ -433,3 +433,33 @@ def test_a_settled_journal_opening_lets_go_of_the_batchs_calls() -> None:
     assert opening.batch_id == "b1"
     with pytest.raises(RuntimeError, match="b1: its journal was already settled"):
         opening.add_to(object())
+
+
+def test_asyncio_run_returns_when_the_collectors_cancel_comes_out_as_a_redis_error() -> None:
+    """A loop's share closes by itself when ``asyncio.run`` ends, after asyncio has cancelled
+    the leftover tasks once. redis-py can turn that cancel into a socket error, which the
+    collector's reconnect handler caught and went on: ``asyncio.run`` never returned (CI hung
+    in tests/test_sync_api.py). The handler now stops when its task was cancelled."""
+    import threading
+
+    class CancelComesOutAsOSError:
+        def __init__(self) -> None:
+            self.reading = asyncio.Event()
+
+        async def blmpop(self, *args: Any, **kwargs: Any) -> Any:
+            self.reading.set()
+            try:
+                await asyncio.sleep(30)
+            except asyncio.CancelledError:
+                raise OSError("Timeout reading from 127.0.0.1:6379") from None
+
+    async def main() -> None:
+        client = CancelComesOutAsOSError()
+        Collector(client, "reply", lambda call_id: call_id).start()  # type: ignore[arg-type]
+        await asyncio.wait_for(client.reading.wait(), 5)
+        # Returns with the collector still running: asyncio.run cancels it.
+
+    thread = threading.Thread(target=asyncio.run, args=(main(),), daemon=True)
+    thread.start()
+    thread.join(10)
+    assert not thread.is_alive(), "asyncio.run did not return: the collector ignored its cancel"
