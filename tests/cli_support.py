@@ -3,6 +3,7 @@ processes a run left behind by scanning /proc for that HOME in their environment
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pty
@@ -11,7 +12,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -22,6 +23,7 @@ __all__ = [
     "REPO_ROOT",
     "batch_text",
     "cli_env",
+    "killed_on_exit",
     "no_processes_left",
     "processes_with_home",
     "read_jsonl",
@@ -156,6 +158,18 @@ def _read_pty(master: int, proc: subprocess.Popen[bytes], timeout_s: float) -> b
         elif proc.poll() is not None:
             break
     return b"".join(chunks)
+
+
+@contextlib.contextmanager
+def killed_on_exit(proc: subprocess.Popen[Any]) -> Iterator[subprocess.Popen[Any]]:
+    """``proc``, killed and reaped on the way out if it still runs: a test that failed
+    before its child ended leaves no process behind."""
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 def as_at_a_terminal() -> None:

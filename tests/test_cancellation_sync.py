@@ -28,7 +28,7 @@ from schemas.keys import Keys
 from schemas.record import EventRecord
 from schemas.settings import Settings
 from schemas.status import EventStatus
-from tests.cli_support import REPO_ROOT, as_at_a_terminal
+from tests.cli_support import REPO_ROOT, as_at_a_terminal, killed_on_exit
 from tests.fleet import WorkerProcess, call, start_worker, wait_for
 from tests.reliability_support import PrivateRedis
 
@@ -166,25 +166,22 @@ def test_ctrl_c_inside_act_sync_raises_keyboardinterrupt_and_records_the_running
     mark = tmp_path / "mark"
     script = tmp_path / "script.py"
     script.write_text(_ACT_SYNC_SCRIPT.replace("{tools!r}", repr(TOOLS)))
-    proc = subprocess.Popen(
-        [sys.executable, str(script), broker.url, str(mark)],
-        preexec_fn=as_at_a_terminal,
-        cwd=REPO_ROOT,
-        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
+    with killed_on_exit(
+        subprocess.Popen(
+            [sys.executable, str(script), broker.url, str(mark)],
+            preexec_fn=as_at_a_terminal,
+            cwd=REPO_ROOT,
+            env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    ) as proc:
         with broker.client() as client:
             wait_for(lambda: _running(client), timeout_s=30, what="the sync call to start")
         assert proc.poll() is None, "the script ended before it was interrupted"
         proc.send_signal(signal.SIGINT)
         stdout, stderr = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     assert proc.returncode == 0, stderr
     report = json.loads(stdout.strip().splitlines()[-1])
     assert report["interrupted"] is True

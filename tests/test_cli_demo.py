@@ -15,6 +15,7 @@ from tests.cli_support import (
     REPO_ROOT,
     as_at_a_terminal,
     cli_env,
+    killed_on_exit,
     no_processes_left,
     toolfleet,
     toolfleet_argv,
@@ -72,17 +73,18 @@ def test_ctrl_c_during_the_demo_stops_it_and_keeps_its_history(tmp_path: Path) -
     home = tmp_path / "home"
     home.mkdir()
     # 40 blocking calls of 0.4 s on two processes: about 8 s of work to interrupt.
-    proc = subprocess.Popen(
-        toolfleet_argv("demo", "--sync-calls", "40", "--async-calls", "2"),
-        preexec_fn=as_at_a_terminal,
-        cwd=REPO_ROOT,
-        env=cli_env(home),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
+    with killed_on_exit(
+        subprocess.Popen(
+            toolfleet_argv("demo", "--sync-calls", "40", "--async-calls", "2"),
+            preexec_fn=as_at_a_terminal,
+            cwd=REPO_ROOT,
+            env=cli_env(home),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    ) as proc:
 
         def running() -> bool:
             status = toolfleet("status", "--json", home=home)
@@ -91,10 +93,6 @@ def test_ctrl_c_during_the_demo_stops_it_and_keeps_its_history(tmp_path: Path) -
         wait_until(running, timeout_s=90, interval_s=0.2, what="the demo's calls running")
         proc.send_signal(signal.SIGINT)
         _, stderr = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     assert proc.returncode == 130, stderr
     assert "Traceback" not in stderr
     match = re.search(r"toolfleet history ([0-9a-f-]{36})", stderr)

@@ -23,6 +23,7 @@ from tests.cli_support import (
     as_at_a_terminal,
     batch_text,
     cli_env,
+    killed_on_exit,
     no_processes_left,
     read_jsonl,
     toolfleet,
@@ -52,17 +53,18 @@ def _interrupt_after_fast_calls(
     path = tmp_path / "batch.jsonl"
     path.write_text(batch_text(batch))
     output = tmp_path / "results.jsonl"
-    proc = subprocess.Popen(
-        toolfleet_argv("run", str(path), "--tools", TOOLS, "--json", "--output", str(output)),
-        preexec_fn=as_at_a_terminal,
-        cwd=REPO_ROOT,
-        env=cli_env(home, env),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
+    with killed_on_exit(
+        subprocess.Popen(
+            toolfleet_argv("run", str(path), "--tools", TOOLS, "--json", "--output", str(output)),
+            preexec_fn=as_at_a_terminal,
+            cwd=REPO_ROOT,
+            env=cli_env(home, env),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    ) as proc:
         # Results stream to --output as calls finish: the five fast calls and the malformed
         # line are there while the slow calls still run.
         wait_until(
@@ -74,10 +76,6 @@ def _interrupt_after_fast_calls(
         assert proc.poll() is None, "the run ended before the slow calls were interrupted"
         proc.send_signal(signal.SIGINT)
         stdout, stderr = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     completed = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
     assert proc.returncode == 130, stderr
     written = read_jsonl(output.read_text())

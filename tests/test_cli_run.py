@@ -19,6 +19,7 @@ from tests.cli_support import (
     as_at_a_terminal,
     batch_text,
     cli_env,
+    killed_on_exit,
     no_processes_left,
     processes_with_home,
     read_jsonl,
@@ -156,16 +157,17 @@ def test_sigint_mid_batch_stops_every_process(tmp_path: Path) -> None:
             + ['{"function": "sleep_async", "arguments": {"seconds": 60}}'] * 2
         )
     )
-    proc = subprocess.Popen(
-        toolfleet_argv("run", str(batch), "--tools", TOOLS, "--json"),
-        cwd=REPO_ROOT,
-        env=cli_env(home),
-        preexec_fn=as_at_a_terminal,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    try:
+    with killed_on_exit(
+        subprocess.Popen(
+            toolfleet_argv("run", str(batch), "--tools", TOOLS, "--json"),
+            cwd=REPO_ROOT,
+            env=cli_env(home),
+            preexec_fn=as_at_a_terminal,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+    ) as proc:
         # `toolfleet status` finds the running embedded fleet and sees the calls running.
         def busy() -> dict[str, Any] | None:
             status = toolfleet("status", "--json", home=home)
@@ -188,10 +190,6 @@ def test_sigint_mid_batch_stops_every_process(tmp_path: Path) -> None:
         assert len(processes_with_home(home)) == 6
         proc.send_signal(signal.SIGINT)
         _, stderr = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     assert proc.returncode == 130, stderr
     assert b"interrupted" in stderr
     no_processes_left(home)

@@ -234,6 +234,17 @@ def test_collector_resolves_each_attempt_once_and_ignores_duplicates(
     asyncio.run(scenario())
 
 
+async def _until_blocked(
+    watcher: aioredis.Redis, commands: tuple[str, ...], count: int, what: str
+) -> None:
+    """Until ``count`` connections wait in one of ``commands`` on the server (CLIENT LIST),
+    for at most 10 s: a reply pushed after that is answered by the server at once."""
+    deadline_s = time.monotonic() + 10
+    while sum(c.get("cmd") in commands for c in await watcher.client_list()) < count:
+        assert time.monotonic() < deadline_s, f"{what} never waited on the server"
+        await asyncio.sleep(0.05)
+
+
 def test_collector_keeps_a_reply_read_after_the_loop_was_busy_past_redis_pys_timeout(
     redis_url: str,
 ) -> None:
@@ -253,14 +264,7 @@ def test_collector_keeps_a_reply_read_after_the_loop_was_busy_past_redis_pys_tim
         try:
             late = collector.expect("late", 0)
 
-            async def collector_blocked() -> bool:
-                clients = await client.client_list()
-                return any(c.get("cmd") in ("blmpop", "blpop") for c in clients)
-
-            deadline_s = time.monotonic() + 10
-            while not await collector_blocked():
-                assert time.monotonic() < deadline_s, "the collector never waited on its pop"
-                await asyncio.sleep(0.05)
+            await _until_blocked(client, ("blmpop", "blpop"), 1, "the collector's pop")
             # The server answers the waiting pop at once; the loop, busy for 6 s without a
             # break (a blocking client and a blocking sleep), reads that answer only after.
             with redis.Redis.from_url(redis_url) as blocking:
@@ -295,14 +299,7 @@ def test_the_fleets_other_clients_keep_a_reply_read_after_the_loop_was_busy(
                 for client, key in zip(clients, keys, strict=True)
             ]
 
-            async def both_waiting() -> bool:
-                listed = await watcher.client_list()
-                return sum(c.get("cmd") == "blpop" for c in listed) >= 2
-
-            deadline_s = time.monotonic() + 10
-            while not await both_waiting():
-                assert time.monotonic() < deadline_s, "the reads never reached the server"
-                await asyncio.sleep(0.05)
+            await _until_blocked(watcher, ("blpop",), 2, "both reads")
             # The server answers both at once; the loop reads the answers only after 6 s busy.
             with redis.Redis.from_url(redis_url) as blocking:
                 for key in keys:
