@@ -24,13 +24,13 @@ CLOSE_TIMEOUT_S = 15.0
 def unavailable(batched: bool = False) -> str | None:
     """Why toolfleet cannot be benchmarked in this checkout, or None."""
     try:
-        import dispatcher.branch  # noqa: F401
-        import workers.app
+        import toolfleet.dispatcher.branch
+        import toolfleet.workers.app
     except ImportError as exc:
         return f"toolfleet is not importable here: {exc}"
     if batched:
         try:
-            import workers.batch  # noqa: F401
+            import toolfleet.workers.bundle  # noqa: F401
         except ImportError as exc:
             return f"batching is not available: {exc}"
     return None
@@ -45,7 +45,7 @@ def worker(
     monitor's lease turns on; off, the product default with no monitor attached.
     """
     argv = [
-        sys.executable, "-m", "dispatcher.cli", "worker", "--kind", kind,
+        sys.executable, "-m", "toolfleet.cli", "worker", "--kind", kind,
         "--concurrency", str(concurrency), "--tools", TOOL_MODULE,
         "--hostname", f"{name}@%h", "--loglevel", "INFO",
     ]  # fmt: skip
@@ -60,8 +60,8 @@ class FleetClient:
     def __init__(
         self, broker_url: str, *, batched: bool = False, events: bool = False, auto: bool = False
     ) -> None:
-        from dispatcher.fleet import Fleet
-        from schemas.settings import Settings
+        from toolfleet.dispatcher.fleet import Fleet
+        from toolfleet.schemas.settings import Settings
 
         settings = Settings(
             broker_url=broker_url,
@@ -109,9 +109,9 @@ class FleetClient:
         timeout_s: float,
         max_concurrent: int | None,
     ) -> float:
-        from dispatcher.branch import Branch
-        from schemas.action import CallParams
-        from schemas.status import EventStatus
+        from toolfleet.dispatcher.branch import Branch
+        from toolfleet.schemas.action import CallParams
+        from toolfleet.schemas.status import EventStatus
 
         branch = Branch(fleet=self.fleet)
         requests = [{"function": function, "arguments": a} for a in arguments]

@@ -7,7 +7,7 @@ toolfleet's registry.
 from __future__ import annotations
 
 from bench import tools
-from workers.registry import tool
+from toolfleet.workers.registry import tool
 
 __all__ = ["TOOL_MODULE"]
 

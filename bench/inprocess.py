@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from schemas import EventStatus, FunctionCalling, Tool
+from toolfleet.schemas import EventStatus, FunctionCalling, Tool
 
 __all__ = ["run_batch", "run_sequential"]
 

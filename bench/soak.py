@@ -32,7 +32,7 @@ TOOL_MODULE = "bench.soak_tools"
 
 def _worker(broker_url: str, kind: str, concurrency: int) -> WorkerProcess:
     argv = [
-        sys.executable, "-m", "dispatcher.cli", "worker", "--kind", kind,
+        sys.executable, "-m", "toolfleet.cli", "worker", "--kind", kind,
         "--concurrency", str(concurrency), "--tools", TOOL_MODULE,
         "--hostname", f"soak-{kind}@%h", "--loglevel", "INFO",
     ]  # fmt: skip
@@ -47,11 +47,11 @@ async def _soak(
     broker_url: str, calls: int, round_size: int, batched: bool, workers: list[WorkerProcess]
 ) -> dict[str, Any]:
     from bench.fleet import _batching_fleet
-    from dispatcher.branch import Branch
-    from dispatcher.fleet import Fleet
-    from schemas.action import CallParams
-    from schemas.settings import Settings
-    from schemas.status import EventStatus
+    from toolfleet.dispatcher.branch import Branch
+    from toolfleet.dispatcher.fleet import Fleet
+    from toolfleet.schemas.action import CallParams
+    from toolfleet.schemas.settings import Settings
+    from toolfleet.schemas.status import EventStatus
 
     settings = Settings(broker_url=broker_url, tools=(TOOL_MODULE,))
     fleet = _batching_fleet(settings) if batched else Fleet(settings)

@@ -12,7 +12,7 @@ import os
 import redis
 import redis.asyncio as aioredis
 
-from workers.registry import tool
+from toolfleet.workers.registry import tool
 
 __all__ = ["RUNS_KEY", "soak_async", "soak_sync"]
 

@@ -373,7 +373,7 @@ def rss(ctx: Context) -> list[Result]:
     reason = ctx.fleet_skip("toolfleet")
     if reason:
         return [_skipped("rss", "toolfleet", reason)]
-    from schemas.settings import Settings
+    from toolfleet.schemas.settings import Settings
 
     window = Settings().max_in_flight
     batched = ctx.fleet_skip("toolfleet-batched") is None

@@ -1,15 +1,19 @@
 """The caller's side of toolfleet: Branch.act, governance, hooks, enqueue, collect, history."""
 
-from dispatcher.branch import Branch
-from dispatcher.context import CallContext
-from dispatcher.envelope import normalize, tool_calls_in
-from dispatcher.fleet import Fleet
-from dispatcher.hooks import HookBus, HookPoint, StopHook
-from dispatcher.permissions import PermissionDecision, PermissionPolicy
-from dispatcher.session import Session
-from dispatcher.signals import CallbackFailed, GateDenied, HistoryWriteFailed
-from schemas.errors import ConfigurationError
-from schemas.provider import render_results
+from toolfleet.dispatcher.accept.context import CallContext
+from toolfleet.dispatcher.accept.envelope import normalize, tool_calls_in
+from toolfleet.dispatcher.branch import Branch
+from toolfleet.dispatcher.fleet import Fleet
+from toolfleet.dispatcher.govern.hooks import HookBus, HookPoint, StopHook
+from toolfleet.dispatcher.govern.permissions import PermissionDecision, PermissionPolicy
+from toolfleet.dispatcher.govern.session import Session
+from toolfleet.dispatcher.govern.session_signals import (
+    CallbackFailed,
+    GateDenied,
+    HistoryWriteFailed,
+)
+from toolfleet.schemas.errors import ConfigurationError
+from toolfleet.schemas.provider import render_results
 
 __all__ = [
     "Branch",

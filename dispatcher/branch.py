@@ -6,26 +6,26 @@ import uuid
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from dispatcher.act import Batch
-from dispatcher.compact import CompactList
-from dispatcher.context import CallContext
-from dispatcher.fleet import Fleet, default_fleet
-from dispatcher.history import load_records
-from dispatcher.hooks import HookBus
-from dispatcher.recorder import EventObserver, HistoryRecorder, MessageCallback
-from dispatcher.recover import recover_branch
-from dispatcher.signals import Signal
-from schemas import tracing
-from schemas.action import ActionResponseModel, CallParams, ToolInvocation
-from schemas.messages import Message
-from schemas.record import EventRecord
+from toolfleet.dispatcher.accept.context import CallContext
+from toolfleet.dispatcher.batch.act import Batch
+from toolfleet.dispatcher.fleet import Fleet, default_fleet
+from toolfleet.dispatcher.govern.hooks import HookBus
+from toolfleet.dispatcher.govern.session_signals import Signal
+from toolfleet.dispatcher.history.compact import CompactList
+from toolfleet.dispatcher.history.history import load_records
+from toolfleet.dispatcher.history.recorder import EventObserver, HistoryRecorder, MessageCallback
+from toolfleet.dispatcher.history.recover import recover_branch
+from toolfleet.schemas import tracing
+from toolfleet.schemas.action import ActionResponseModel, CallParams, ToolInvocation
+from toolfleet.schemas.messages import Message
+from toolfleet.schemas.record import EventRecord
 
 __all__ = ["Branch", "MessageCallback", "Scope"]
 
 
 class Scope(Protocol):
-    """What a branch needs of its session (``dispatcher.session.Session`` is one): a
-    Protocol, so a branch never imports the session that creates it."""
+    """What a branch needs of its session (``toolfleet.dispatcher.govern.session.Session`` is one):
+    a Protocol, so a branch never imports the session that creates it."""
 
     fleet: Fleet | None
     branches: dict[str, Any]
@@ -83,7 +83,7 @@ class Branch:
         """The history: ActionRequest, then its linked ActionResponse, per call, in order.
 
         A read-only sequence: the newest messages are the objects written, older ones are
-        kept compressed and decoded on access (dispatcher.compact)."""
+        kept compressed and decoded on access (toolfleet.dispatcher.history.compact)."""
         return self._recorder.history.messages
 
     @property
@@ -157,7 +157,7 @@ class Branch:
         closes the fleet's clients of that loop before returning. Same arguments, same
         results; callable again, and from any thread. Inside a running loop it runs the
         batch in a helper thread (so prefer ``await branch.act(...)`` there)."""
-        from dispatcher.sync_run import run_sync
+        from toolfleet.dispatcher.sync_run import run_sync
 
         fleet = self.fleet
         return run_sync(

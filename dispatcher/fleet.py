@@ -15,26 +15,26 @@ import redis.asyncio as aioredis
 from celery import Celery
 from redis.exceptions import RedisError
 
-from dispatcher.collector import Collector
-from dispatcher.direct_publish import (
+from toolfleet.dispatcher.send.bundles import publish_batched
+from toolfleet.dispatcher.send.direct import (
     Prelude,
     direct_publish_possible,
     encode_call,
     publish_direct,
     watched,
 )
-from dispatcher.enqueue import is_outage
-from dispatcher.loop_binding import LoopBinding
-from dispatcher.reconciler import Reconciler
-from schemas.errors import BrokerError
-from schemas.keys import Keys
-from schemas.settings import Settings
-from schemas.tool import Tool
-from schemas.wire import CallMessage, CallResult
-from workers.app import create_app, redis_url_of
-from workers.batch_publish import publish_batched
-from workers.registry import Registry
-from workers.registry import registry as default_registry
+from toolfleet.dispatcher.send.enqueue import is_outage
+from toolfleet.dispatcher.watch.collector import Collector
+from toolfleet.dispatcher.watch.loop_binding import LoopBinding
+from toolfleet.dispatcher.watch.reconciler import Reconciler
+from toolfleet.schemas.errors import BrokerError
+from toolfleet.schemas.keys import Keys
+from toolfleet.schemas.settings import Settings
+from toolfleet.schemas.tool import Tool
+from toolfleet.schemas.wire import CallMessage, CallResult
+from toolfleet.workers.app import create_app, redis_url_of
+from toolfleet.workers.registry import Registry
+from toolfleet.workers.registry import registry as default_registry
 
 __all__ = ["Fleet", "default_fleet"]
 
@@ -50,10 +50,10 @@ class Fleet:
 
     A fleet may be used from any number of event loops, one after another or at once (one
     per thread): each loop gets its own Redis clients, collector and reply list on first use
-    (:mod:`dispatcher.loop_binding`), closed when that loop ends through ``asyncio.run`` or
-    earlier by ``await fleet.aclose()`` inside it. The one rule left: a loop closed by hand
-    (``loop.close()`` without ``loop.shutdown_asyncgens()``) must ``await fleet.aclose()``
-    first, or its connections are left to the garbage collector.
+    (:mod:`toolfleet.dispatcher.watch.loop_binding`), closed when that loop ends through
+    ``asyncio.run`` or earlier by ``await fleet.aclose()`` inside it. The one rule left: a loop
+    closed by hand (``loop.close()`` without ``loop.shutdown_asyncgens()``) must
+    ``await fleet.aclose()`` first, or its connections are left to the garbage collector.
     """
 
     def __init__(self, settings: Settings | None = None, *, registry: Registry | None = None):
@@ -65,7 +65,7 @@ class Fleet:
         self.redis_url = redis_url_of(self.app)
         # kombu producers are not thread-safe: one publishing thread per fleet, shared by
         # every loop that uses it (batched messages, and single ones while a monitor watches;
-        # otherwise calls go out on the loop's own client, dispatcher.direct_publish).
+        # otherwise calls go out on the loop's own client, toolfleet.dispatcher.send.direct).
         self._executor: ThreadPoolExecutor | None = None
         self._bindings: dict[asyncio.AbstractEventLoop, LoopBinding] = {}
         self._bindings_lock = threading.Lock()
@@ -136,8 +136,9 @@ class Fleet:
         return self._bind().reconciler
 
     async def learn_tools(self, functions: Iterable[Any]) -> None:
-        """Read what the workers announced (workers.tool_catalog) about tools named in a batch
-        that this dispatcher has not imported; never raises (unknown means hide every value)."""
+        """Read what the workers announced (toolfleet.workers.tool_catalog) about tools named in a
+        batch that this dispatcher has not imported; never raises (unknown means hide every
+        value)."""
         missing = sorted(
             {
                 f
@@ -239,7 +240,7 @@ class Fleet:
         batch_size: int | None,
         before: Prelude | None,
     ) -> None:
-        from dispatcher.enqueue import publish_calls
+        from toolfleet.dispatcher.send.enqueue import publish_calls
 
         if batch_size is None and calls and await self._direct_publishing():
             await self._publish_direct(calls, before)
@@ -266,7 +267,7 @@ class Fleet:
             ) from exc
 
     async def _direct_publishing(self) -> bool:
-        """Whether calls go out on the loop's client (dispatcher.direct_publish) now."""
+        """Whether calls go out on the loop's client (toolfleet.dispatcher.send.direct) now."""
         if not direct_publish_possible(self.app):
             return False
         try:
@@ -277,7 +278,7 @@ class Fleet:
     async def _publish_direct(
         self, calls: Sequence[tuple[CallMessage, Tool]], before: Prelude | None
     ) -> None:
-        from dispatcher.enqueue import send_options
+        from toolfleet.dispatcher.send.enqueue import send_options
 
         try:
             encoded = []

@@ -1,7 +1,7 @@
 """toolfleet's domain models: everything that crosses the broker or is stored."""
 
-from schemas.action import ActionResponseModel, CallParams, ToolInvocation
-from schemas.errors import (
+from toolfleet.schemas.action import ActionResponseModel, CallParams, ToolInvocation
+from toolfleet.schemas.errors import (
     ArgumentValidationError,
     BrokerError,
     CallLostError,
@@ -18,17 +18,22 @@ from schemas.errors import (
     UnknownToolError,
     WorkerLostError,
 )
-from schemas.event import Event
-from schemas.execution import MAX_ERRORS, Execution
-from schemas.function_calling import REDACTED, FunctionCalling, normalize_arguments, redact
-from schemas.messages import (
+from toolfleet.schemas.event import Event
+from toolfleet.schemas.execution import MAX_ERRORS, Execution
+from toolfleet.schemas.function_calling import (
+    REDACTED,
+    FunctionCalling,
+    normalize_arguments,
+    redact,
+)
+from toolfleet.schemas.messages import (
     ActionRequest,
     ActionRequestContent,
     ActionResponse,
     ActionResponseContent,
     Message,
 )
-from schemas.provider import (
+from toolfleet.schemas.provider import (
     RESULT_FORMATS,
     anthropic_tool_result,
     openai_function_call_output,
@@ -36,11 +41,16 @@ from schemas.provider import (
     render_results,
     result_text,
 )
-from schemas.record import EventRecord, not_run_result, shown_arguments
-from schemas.serialize import UNSERIALIZABLE, describe_exception, format_error, to_jsonable
-from schemas.status import TERMINAL_STATUSES, EventStatus
-from schemas.tool import Tool, ToolKind, callable_kind, is_coro_func
-from schemas.wire import CallMessage, CallResult
+from toolfleet.schemas.record import EventRecord, not_run_result, shown_arguments
+from toolfleet.schemas.serialize import (
+    UNSERIALIZABLE,
+    describe_exception,
+    format_error,
+    to_jsonable,
+)
+from toolfleet.schemas.status import TERMINAL_STATUSES, EventStatus
+from toolfleet.schemas.tool import Tool, ToolKind, callable_kind, is_coro_func
+from toolfleet.schemas.wire import CallMessage, CallResult
 
 __all__ = [
     "MAX_ERRORS",

@@ -7,12 +7,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from schemas.provider import (
+from toolfleet.schemas.provider import (
     anthropic_tool_result,
     openai_function_call_output,
     openai_tool_message,
 )
-from schemas.status import EventStatus
+from toolfleet.schemas.status import EventStatus
 
 __all__ = ["ActionResponseModel", "CallParams", "ToolInvocation"]
 
@@ -81,7 +81,7 @@ class CallParams(BaseModel):
     # Opt-in for trivial tools: up to this many calls per Celery message (each call keeps its
     # own record and response; Flower shows one task per message). None: one per message.
     # "auto": the dispatcher batches calls of one tool when many are ready at once (a flood)
-    # and sends a lone call as its own message (dispatcher.publisher.auto_plan).
+    # and sends a lone call as its own message (toolfleet.dispatcher.send.publisher.auto_plan).
     batch_size: int | Literal["auto"] | None = None
 
     @field_validator("timeout_s", "deadline_s", "throttle_period_s")

@@ -19,7 +19,7 @@ import reprlib
 from collections.abc import Mapping
 from typing import Any
 
-from schemas.errors import ArgumentValidationError, NotJSONError, OversizedArgumentsError
+from toolfleet.schemas.errors import ArgumentValidationError, NotJSONError, OversizedArgumentsError
 
 __all__ = [
     "MAX_DEPTH",
@@ -32,7 +32,8 @@ __all__ = [
     "safe_text",
 ]
 
-# Matches schemas.serialize's recursion guard, so whatever passes can be recorded faithfully.
+# Matches toolfleet.schemas.serialize's recursion guard, so whatever passes can be recorded
+# faithfully.
 MAX_DEPTH = 100
 # A signed 64-bit integer: what every JSON consumer on the way (Redis' cjson, Flower, a
 # tool in another language) reads back exactly. Larger numbers travel as strings.

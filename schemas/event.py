@@ -10,8 +10,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
-from schemas.execution import Execution
-from schemas.status import EventStatus
+from toolfleet.schemas.execution import Execution
+from toolfleet.schemas.status import EventStatus
 
 __all__ = ["Event"]
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from schemas.serialize import describe_exception, to_jsonable
-from schemas.status import EventStatus
+from toolfleet.schemas.serialize import describe_exception, to_jsonable
+from toolfleet.schemas.status import EventStatus
 
 __all__ = ["MAX_ERRORS", "Execution"]
 

@@ -9,11 +9,11 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
 
-from schemas.contract import safe_repr
-from schemas.errors import ArgumentValidationError, ToolTimeoutError
-from schemas.event import Event
-from schemas.serialize import to_jsonable
-from schemas.tool import Tool, is_coro_func
+from toolfleet.schemas.contract import safe_repr
+from toolfleet.schemas.errors import ArgumentValidationError, ToolTimeoutError
+from toolfleet.schemas.event import Event
+from toolfleet.schemas.serialize import to_jsonable
+from toolfleet.schemas.tool import Tool, is_coro_func
 
 __all__ = ["REDACTED", "FunctionCalling", "normalize_arguments", "redact"]
 

@@ -13,8 +13,8 @@ import json
 from collections.abc import Iterable
 from typing import Any, Literal, Protocol, get_args
 
-from schemas.errors import ConfigurationError
-from schemas.serialize import to_jsonable
+from toolfleet.schemas.errors import ConfigurationError
+from toolfleet.schemas.serialize import to_jsonable
 
 __all__ = [
     "RESULT_FORMATS",
@@ -32,8 +32,8 @@ RESULT_FORMATS: tuple[str, ...] = get_args(ResultFormat)
 
 
 class ToolResult(Protocol):
-    """What rendering needs of one call's result (schemas.action.ActionResponseModel has it);
-    a Protocol, so this module does not import the model that renders through it."""
+    """What rendering needs of one call's result (toolfleet.schemas.action.ActionResponseModel has
+    it); a Protocol, so this module does not import the model that renders through it."""
 
     @property
     def function(self) -> str: ...

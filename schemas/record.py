@@ -21,13 +21,13 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, field_validator
 
-from schemas.contract import safe_text
-from schemas.execution import Execution
-from schemas.function_calling import REDACTED, redact
-from schemas.serialize import jsonable_key, to_jsonable
-from schemas.status import EventStatus, check_status
-from schemas.tool import Tool
-from schemas.wire import CallMessage, CallResult
+from toolfleet.schemas.contract import safe_text
+from toolfleet.schemas.execution import Execution
+from toolfleet.schemas.function_calling import REDACTED, redact
+from toolfleet.schemas.serialize import jsonable_key, to_jsonable
+from toolfleet.schemas.status import EventStatus, check_status
+from toolfleet.schemas.tool import Tool
+from toolfleet.schemas.wire import CallMessage, CallResult
 
 __all__ = ["EventRecord", "not_run_result", "shown_arguments"]
 

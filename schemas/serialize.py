@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from schemas.contract import int_digits, safe_text
+from toolfleet.schemas.contract import int_digits, safe_text
 
 __all__ = [
     "UNSERIALIZABLE",

@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from schemas.errors import ConfigurationError
+from toolfleet.schemas.errors import ConfigurationError
 
 __all__ = ["ENV_PREFIX", "Settings", "check_broker_url", "masked_url"]
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from schemas.wire import CallMessage
+from toolfleet.schemas.wire import CallMessage
 
 __all__ = ["EXECUTE_MANY_TASK", "EXECUTE_TASK", "TOOLFLEET_TASK_PREFIX", "task_id_for"]
 

@@ -19,9 +19,9 @@ import time
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from schemas.errors import ConfigurationError
-from schemas.status import EventStatus
-from schemas.wire import CallMessage, CallResult
+from toolfleet.schemas.errors import ConfigurationError
+from toolfleet.schemas.status import EventStatus
+from toolfleet.schemas.wire import CallMessage, CallResult
 
 try:  # the optional extra; absent, every function below is a no-op
     from opentelemetry import propagate, trace

@@ -6,8 +6,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
-from schemas.execution import Execution
-from schemas.status import EventStatus, check_status
+from toolfleet.schemas.execution import Execution
+from toolfleet.schemas.status import EventStatus, check_status
 
 __all__ = ["CallMessage", "CallResult"]
 
@@ -29,7 +29,7 @@ class CallMessage(BaseModel):
     reply_to: str | None = None
     # The act() batch (its journal under Keys.batch) this call belongs to; None outside one.
     batch_id: str | None = None
-    # The dispatcher's trace context (schemas.tracing.carrier()): not part of the body, it
+    # The dispatcher's trace context (toolfleet.schemas.tracing.carrier()): not part of the body, it
     # travels in the Celery message headers, so a worker's span joins the caller's trace.
     _trace: dict[str, str] | None = PrivateAttr(default=None)
 

@@ -33,13 +33,13 @@ from typing import Any
 import pytest
 import redis
 
-from dispatcher import Branch, Fleet
-from schemas.action import ActionResponseModel, CallParams
-from schemas.messages import ActionRequest, ActionResponse
-from schemas.settings import Settings
-from schemas.status import EventStatus
 from tests.fleet import REPO_ROOT, WorkerProcess, start_worker, wait_for
 from tests.reliability_support import free_port
+from toolfleet.dispatcher import Branch, Fleet
+from toolfleet.schemas.action import ActionResponseModel, CallParams
+from toolfleet.schemas.messages import ActionRequest, ActionResponse
+from toolfleet.schemas.settings import Settings
+from toolfleet.schemas.status import EventStatus
 
 __all__ = [
     "CHAOS_TOOLS",

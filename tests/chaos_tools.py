@@ -14,7 +14,7 @@ import asyncio
 import os
 import time
 
-from workers.registry import tool
+from toolfleet.workers.registry import tool
 
 __all__ = ["chaos_async", "chaos_async_once", "chaos_sync", "chaos_sync_once"]
 

@@ -37,9 +37,9 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 def toolfleet_argv(*args: str) -> list[str]:
-    """The installed console script (as a user runs it), else ``python -m dispatcher.cli``."""
+    """The installed console script (as a user runs it), else ``python -m toolfleet.cli``."""
     script = Path(sys.executable).parent / "toolfleet"
-    base = [str(script)] if script.exists() else [sys.executable, "-m", "dispatcher.cli"]
+    base = [str(script)] if script.exists() else [sys.executable, "-m", "toolfleet.cli"]
     return [*base, *args]
 
 

@@ -14,8 +14,8 @@ import pytest
 import redis
 from celery import Celery
 
-from schemas.settings import Settings
-from workers.app import create_app
+from toolfleet.schemas.settings import Settings
+from toolfleet.workers.app import create_app
 
 REDIS_HOST = os.environ.get("TOOLFLEET_TEST_REDIS_HOST", "127.0.0.1")
 REDIS_PORT = int(os.environ.get("TOOLFLEET_TEST_REDIS_PORT", "6379"))
@@ -33,7 +33,7 @@ def _start_private_redis() -> int:
 
     So that the README's test command works on a machine with no Redis installed.
     """
-    from dispatcher.cli.embedded import find_redis_server
+    from toolfleet.cli.embedded import find_redis_server
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

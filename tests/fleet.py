@@ -18,16 +18,16 @@ from typing import Any, TypeVar
 import redis
 from celery import Celery
 
-from dispatcher import Branch, Fleet
-from dispatcher.enqueue import publish_calls
-from schemas.action import ActionResponseModel
-from schemas.messages import ActionRequest, ActionResponse
-from schemas.settings import Settings
-from schemas.tool import Tool
-from schemas.wire import CallMessage, CallResult
-from workers.app import create_app
-from workers.registry import Registry
-from workers.registry import registry as default_registry
+from toolfleet.dispatcher import Branch, Fleet
+from toolfleet.dispatcher.send.enqueue import publish_calls
+from toolfleet.schemas.action import ActionResponseModel
+from toolfleet.schemas.messages import ActionRequest, ActionResponse
+from toolfleet.schemas.settings import Settings
+from toolfleet.schemas.tool import Tool
+from toolfleet.schemas.wire import CallMessage, CallResult
+from toolfleet.workers.app import create_app
+from toolfleet.workers.registry import Registry
+from toolfleet.workers.registry import registry as default_registry
 
 __all__ = [
     "REPO_ROOT",
@@ -147,7 +147,7 @@ def start_worker(
     full_env.update(env or {})
     script = Path(sys.executable).parent / "toolfleet"
     command = [*prefix]
-    command += [str(script)] if script.exists() else [sys.executable, "-m", "dispatcher.cli"]
+    command += [str(script)] if script.exists() else [sys.executable, "-m", "toolfleet.cli"]
     command += [
         "worker",
         "--kind",

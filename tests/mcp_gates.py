@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from dispatcher.permissions import PermissionPolicy
-from schemas.action import ToolInvocation
+from toolfleet.dispatcher.govern.permissions import PermissionPolicy
+from toolfleet.schemas.action import ToolInvocation
 
 
 def no_forbidden_echo(invocation: ToolInvocation) -> bool:

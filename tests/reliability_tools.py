@@ -9,7 +9,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from workers.registry import tool
+from toolfleet.workers.registry import tool
 
 __all__ = [
     "SearchRequest",

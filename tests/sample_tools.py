@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 import threading
 import time
 from typing import Any
 
-from workers.registry import tool
+from toolfleet.workers.registry import tool
 
 __all__ = [
     "add",
@@ -18,6 +19,8 @@ __all__ = [
     "echo",
     "fail",
     "fail_async",
+    "loaded_modules",
+    "loaded_modules_async",
     "returns_awaitable",
     "returns_none",
     "sleep_async",
@@ -150,3 +153,15 @@ def stubborn_sync(seconds: float = 30.0) -> float:
         except Exception:  # SoftTimeLimitExceeded, deliberately ignored
             continue
     return seconds
+
+
+@tool
+def loaded_modules(prefix: str) -> list[str]:
+    """The modules under ``prefix`` this worker process has imported."""
+    return sorted(name for name in sys.modules if name == prefix or name.startswith(prefix + "."))
+
+
+@tool
+async def loaded_modules_async(prefix: str) -> list[str]:
+    """The same, from the asyncio pool (the worker's main process)."""
+    return loaded_modules(prefix)

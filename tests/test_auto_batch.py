@@ -11,14 +11,19 @@ from typing import Any
 
 import pytest
 
-from dispatcher import Branch, Fleet
-from dispatcher.publisher import AUTO_DEEP_IN_FLIGHT, AUTO_MAX_BATCH, AUTO_MIN_CALLS, auto_plan
-from schemas.action import CallParams
-from schemas.settings import Settings
-from schemas.status import EventStatus
-from schemas.tool import Tool
-from schemas.wire import CallMessage
 from tests.fleet import assert_linked_pairs, call, run
+from toolfleet.dispatcher import Branch, Fleet
+from toolfleet.dispatcher.send.publisher import (
+    AUTO_DEEP_IN_FLIGHT,
+    AUTO_MAX_BATCH,
+    AUTO_MIN_CALLS,
+    auto_plan,
+)
+from toolfleet.schemas.action import CallParams
+from toolfleet.schemas.settings import Settings
+from toolfleet.schemas.status import EventStatus
+from toolfleet.schemas.tool import Tool
+from toolfleet.schemas.wire import CallMessage
 
 pytestmark = pytest.mark.usefixtures("sync_worker")
 

@@ -24,11 +24,11 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 import tests.reliability_tools  # noqa: F401  (the dispatcher validates against its tools)
-from dispatcher import Branch, Fleet
-from schemas.settings import Settings
-from schemas.status import EventStatus
 from tests.fleet import assert_linked_pairs
-from workers.registry import registry
+from toolfleet.dispatcher import Branch, Fleet
+from toolfleet.schemas.settings import Settings
+from toolfleet.schemas.status import EventStatus
+from toolfleet.workers.registry import registry
 
 pytestmark = pytest.mark.usefixtures("sync_worker")
 

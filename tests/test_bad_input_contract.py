@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
-from dispatcher import Branch, Fleet
-from schemas.contract import MAX_INT, check_arguments, safe_repr, safe_text
-from schemas.errors import ArgumentValidationError, NotJSONError, OversizedArgumentsError
-from schemas.serialize import to_jsonable
-from schemas.settings import Settings
-from schemas.status import EventStatus
 from tests.fleet import assert_linked_pairs, call, run
+from toolfleet.dispatcher import Branch, Fleet
+from toolfleet.schemas.contract import MAX_INT, check_arguments, safe_repr, safe_text
+from toolfleet.schemas.errors import ArgumentValidationError, NotJSONError, OversizedArgumentsError
+from toolfleet.schemas.serialize import to_jsonable
+from toolfleet.schemas.settings import Settings
+from toolfleet.schemas.status import EventStatus
 
 HUGE = 10**5000  # str() of this raises ValueError (the 4300-digit limit)
 

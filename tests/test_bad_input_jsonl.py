@@ -22,12 +22,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dispatcher.cli.batch_file import parse_batch_bytes
-from dispatcher.cli.batch_runner import run_batch
-from dispatcher.cli.call_record import CallRecord
-from dispatcher.fleet import Fleet
-from dispatcher.history import load_records
-from schemas.settings import Settings
+from toolfleet.cli.batch_file import parse_batch_bytes
+from toolfleet.cli.batch_runner import run_batch
+from toolfleet.cli.call_record import CallRecord
+from toolfleet.dispatcher.fleet import Fleet
+from toolfleet.dispatcher.history.history import load_records
+from toolfleet.schemas.settings import Settings
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("sync_worker", "async_worker")]
 

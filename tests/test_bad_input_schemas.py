@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from schemas import (
+from toolfleet.schemas import (
     UNSERIALIZABLE,
     ArgumentValidationError,
     CallMessage,
@@ -206,7 +206,7 @@ def test_a_secret_never_reaches_the_event_record() -> None:
 
 
 def test_nesting_limit_names_the_argument_and_survives_self_reference() -> None:
-    from dispatcher.nesting import MAX_ARGUMENT_DEPTH, check_nesting
+    from toolfleet.dispatcher.accept.nesting import MAX_ARGUMENT_DEPTH, check_nesting
 
     ok: Any = "leaf"
     for _ in range(MAX_ARGUMENT_DEPTH):

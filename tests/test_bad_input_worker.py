@@ -16,11 +16,11 @@ from celery import Celery
 from celery.result import AsyncResult
 from kombu import Connection, Exchange, Producer
 
-from schemas.keys import Keys
-from schemas.wire import CallResult
 from tests.fleet import WorkerProcess, collect_replies, run_calls
 from tests.reliability_support import wait_until
-from workers.app import EXECUTE_TASK, settings_of
+from toolfleet.schemas.keys import Keys
+from toolfleet.schemas.wire import CallResult
+from toolfleet.workers.app import EXECUTE_TASK, settings_of
 
 
 def publish_raw(app: Celery, task_id: str, args: tuple[Any, ...], serializer: str) -> None:

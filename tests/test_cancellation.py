@@ -17,13 +17,13 @@ import redis
 from celery import Celery
 from celery.result import AsyncResult
 
-from dispatcher import Branch, Fleet, HookPoint
-from schemas.action import CallParams
-from schemas.keys import Keys
-from schemas.messages import ActionRequest, ActionResponse
-from schemas.settings import Settings
 from tests.fleet import WorkerProcess, call
 from tests.reliability_support import wait_until
+from toolfleet.dispatcher import Branch, Fleet, HookPoint
+from toolfleet.schemas.action import CallParams
+from toolfleet.schemas.keys import Keys
+from toolfleet.schemas.messages import ActionRequest, ActionResponse
+from toolfleet.schemas.settings import Settings
 
 
 @pytest.mark.usefixtures("async_worker")

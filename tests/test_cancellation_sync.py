@@ -22,15 +22,15 @@ from pathlib import Path
 import pytest
 import redis
 
-from dispatcher import Branch, Fleet
-from schemas.action import ActionResponseModel, CallParams
-from schemas.keys import Keys
-from schemas.record import EventRecord
-from schemas.settings import Settings
-from schemas.status import EventStatus
 from tests.cli_support import REPO_ROOT, as_at_a_terminal, killed_on_exit
 from tests.fleet import WorkerProcess, call, start_worker, wait_for
 from tests.reliability_support import PrivateRedis
+from toolfleet.dispatcher import Branch, Fleet
+from toolfleet.schemas.action import ActionResponseModel, CallParams
+from toolfleet.schemas.keys import Keys
+from toolfleet.schemas.record import EventRecord
+from toolfleet.schemas.settings import Settings
+from toolfleet.schemas.status import EventStatus
 
 pytestmark = pytest.mark.slow
 
@@ -132,8 +132,8 @@ def test_a_sync_call_past_the_batch_deadline_records_that_it_ran_on_and_complete
 
 _ACT_SYNC_SCRIPT = """
 import json, os, sys
-from dispatcher import Branch, Fleet
-from schemas.settings import Settings
+from toolfleet.dispatcher import Branch, Fleet
+from toolfleet.schemas.settings import Settings
 
 broker_url, mark = sys.argv[1], sys.argv[2]
 fleet = Fleet(Settings(broker_url=broker_url, tools={tools!r}))

@@ -17,12 +17,12 @@ from celery.events.dispatcher import EventDispatcher
 from celery.worker import components, control, request, state
 from kombu.asynchronous.timer import Timer
 
-from schemas.settings import Settings
-from schemas.tasks import EXECUTE_TASK
 from tests.internals_support import change_message, parameters
-from workers import celery_internals
-from workers.app import create_app
-from workers.celery_internals import (
+from toolfleet.schemas.settings import Settings
+from toolfleet.schemas.tasks import EXECUTE_TASK
+from toolfleet.workers import celery_internals
+from toolfleet.workers.app import create_app
+from toolfleet.workers.celery_internals import (
     CELERY_WRITTEN_AGAINST,
     PoolRequest,
     RevokedIds,

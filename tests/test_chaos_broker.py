@@ -19,8 +19,6 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher import Branch
-from schemas.action import ActionResponseModel, CallParams
 from tests.chaos_support import (
     Chaos,
     ChaosBroker,
@@ -34,6 +32,8 @@ from tests.chaos_support import (
     until,
 )
 from tests.fleet import WorkerProcess
+from toolfleet.dispatcher import Branch
+from toolfleet.schemas.action import ActionResponseModel, CallParams
 
 pytestmark = pytest.mark.chaos
 

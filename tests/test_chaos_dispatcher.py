@@ -22,11 +22,6 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher import Branch
-from dispatcher.cli.admin import orphaned_batches
-from schemas.action import ActionResponseModel
-from schemas.keys import Keys
-from schemas.settings import Settings
 from tests.chaos_support import (
     CHAOS_TOOLS,
     ChaosBroker,
@@ -42,6 +37,11 @@ from tests.chaos_support import (
     stored_results,
 )
 from tests.fleet import REPO_ROOT, WorkerProcess, wait_for
+from toolfleet.cli.admin import orphaned_batches
+from toolfleet.dispatcher import Branch
+from toolfleet.schemas.action import ActionResponseModel
+from toolfleet.schemas.keys import Keys
+from toolfleet.schemas.settings import Settings
 
 pytestmark = pytest.mark.chaos
 
@@ -50,9 +50,9 @@ WORKER_ENV = {"TOOLFLEET_VISIBILITY_TIMEOUT_S": "5"}
 _DISPATCHER = textwrap.dedent(
     """
     import asyncio, json, sys
-    from dispatcher import Branch, Fleet
-    from schemas.action import CallParams
-    from schemas.settings import Settings
+    from toolfleet.dispatcher import Branch, Fleet
+    from toolfleet.schemas.action import CallParams
+    from toolfleet.schemas.settings import Settings
 
     async def main() -> None:
         url, branch_id, requests = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
@@ -102,7 +102,7 @@ def test_a_sigkilled_dispatchers_batch_is_completed_by_toolfleet_recover(
         )
     env["TOOLFLEET_BROKER_URL"] = broker.url
     env["TOOLFLEET_RECONCILE_GRACE_S"] = "1"
-    recover = [sys.executable, "-m", "dispatcher.cli", "recover", branch_id, "--json"]
+    recover = [sys.executable, "-m", "toolfleet.cli", "recover", branch_id, "--json"]
     first = subprocess.run(
         [*recover, "--wait-s", "60"],
         cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120,

@@ -25,9 +25,6 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher import Branch
-from schemas.action import ActionResponseModel
-from schemas.settings import Settings
 from tests.chaos_support import (
     CHAOS_TOOLS,
     ChaosBroker,
@@ -41,14 +38,17 @@ from tests.chaos_support import (
 )
 from tests.fleet import WorkerProcess, start_worker, wait_for
 from tests.test_flower_cli import FlowerProcess, http_get, start_flower, stop_flower
-from workers.monitor import live_leases
+from toolfleet.dispatcher import Branch
+from toolfleet.schemas.action import ActionResponseModel
+from toolfleet.schemas.settings import Settings
+from toolfleet.workers.monitor import live_leases
 
 pytestmark = pytest.mark.chaos
 
 # A partitioned worker's reserved calls go back to the queue after this long ...
 VISIBILITY_TIMEOUT_S = 4.0
 # ... and its running calls are judged lost once its heartbeat is older than 8 s
-# (workers.store.HEARTBEAT_STALE_S): the partition outlasts both.
+# (toolfleet.workers.store.HEARTBEAT_STALE_S): the partition outlasts both.
 PARTITION_S = 15.0
 
 

@@ -20,8 +20,6 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher import Branch
-from schemas.action import ActionResponseModel
 from tests.chaos_support import (
     Chaos,
     ChaosBroker,
@@ -37,6 +35,8 @@ from tests.chaos_support import (
 )
 from tests.fleet import WorkerProcess
 from tests.reliability_support import kill_pid
+from toolfleet.dispatcher import Branch
+from toolfleet.schemas.action import ActionResponseModel
 
 pytestmark = pytest.mark.chaos
 

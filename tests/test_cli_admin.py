@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.cli.admin import mask_url
 from tests.cli_support import toolfleet
+from toolfleet.cli.admin import mask_url
 
 
 @pytest.mark.parametrize("command", ["run", "demo", "status", "history"])

@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 
-from dispatcher.cli.batch_file import parse_batch
 from tests.cli_support import (
     REPO_ROOT,
     as_at_a_terminal,
@@ -30,6 +29,7 @@ from tests.cli_support import (
     wait_until,
 )
 from tests.fleet import WorkerProcess
+from toolfleet.cli.batch_file import parse_batch
 
 pytestmark = pytest.mark.slow  # real processes: embedded Redis and workers
 

@@ -17,10 +17,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dispatcher.cli.batch_file import UTF8_BOM_NOTE, parse_batch_bytes
-from schemas.errors import ConfigurationError
 from tests.cli_support import REPO_ROOT, cli_env, read_jsonl, toolfleet, toolfleet_argv
 from tests.fleet import WorkerProcess
+from toolfleet.cli.batch_file import UTF8_BOM_NOTE, parse_batch_bytes
+from toolfleet.schemas.errors import ConfigurationError
 
 TOOLS = "tests.sample_tools"
 ADD = b'{"function": "add", "arguments": {"a": 1, "b": 2}}'
@@ -137,7 +137,7 @@ def test_a_utf16_file_is_a_one_line_error_naming_it(tmp_path: Path) -> None:
 
 
 def test_version_is_printed(capsys: pytest.CaptureFixture[str]) -> None:
-    from dispatcher.cli import main
+    from toolfleet.cli import main
 
     with pytest.raises(SystemExit) as exited:
         main(["--version"])

@@ -14,8 +14,6 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from dispatcher.cli.call_record import CallRecord
-from dispatcher.cli.progress import render_problems
 from tests.cli_support import (
     REPO_ROOT,
     as_at_a_terminal,
@@ -27,6 +25,8 @@ from tests.cli_support import (
     wait_until,
 )
 from tests.fleet import WorkerProcess
+from toolfleet.cli.call_record import CallRecord
+from toolfleet.cli.progress import render_problems
 
 TOOLS = "tests.sample_tools"
 

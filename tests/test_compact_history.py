@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from dispatcher.compact import CompactList
-from dispatcher.history import _MESSAGE, _message_json
-from schemas.messages import ActionRequest, ActionRequestContent
+from toolfleet.dispatcher.history.compact import CompactList
+from toolfleet.dispatcher.history.history import _MESSAGE, _message_json
+from toolfleet.schemas.messages import ActionRequest, ActionRequestContent
 
 
 def _request(i: int) -> ActionRequest:
@@ -52,8 +52,8 @@ def test_results_share_their_field_names_and_stay_independent() -> None:
     """A 100,000-call act() returns 100,000 results: each must not carry its own name set."""
     import tracemalloc
 
-    from schemas.action import ActionResponseModel
-    from schemas.status import EventStatus
+    from toolfleet.schemas.action import ActionResponseModel
+    from toolfleet.schemas.status import EventStatus
 
     def result(i: int) -> ActionResponseModel:
         return ActionResponseModel(

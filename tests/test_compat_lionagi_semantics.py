@@ -12,11 +12,11 @@ from typing import Any
 
 from lionagi.protocols.action.tool import Tool as LionagiTool
 
-from dispatcher import HookBus, HookPoint, PermissionPolicy, StopHook
-from schemas.function_calling import FunctionCalling
-from schemas.status import EventStatus
-from schemas.tool import Tool
-from workers.registry import Registry, tool
+from toolfleet.dispatcher import HookBus, HookPoint, PermissionPolicy, StopHook
+from toolfleet.schemas.function_calling import FunctionCalling
+from toolfleet.schemas.status import EventStatus
+from toolfleet.schemas.tool import Tool
+from toolfleet.workers.registry import Registry, tool
 
 
 def test_allow_rules_win_over_a_catch_all_escalation() -> None:

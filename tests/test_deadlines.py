@@ -15,13 +15,13 @@ import pytest
 import redis
 from celery.result import AsyncResult
 
-from dispatcher import Branch, Fleet
-from schemas.action import ActionResponseModel, CallParams
-from schemas.keys import Keys
-from schemas.settings import Settings
-from schemas.status import EventStatus
 from tests.fleet import WorkerProcess, assert_linked_pairs, call, run
 from tests.reliability_support import wait_until
+from toolfleet.dispatcher import Branch, Fleet
+from toolfleet.schemas.action import ActionResponseModel, CallParams
+from toolfleet.schemas.keys import Keys
+from toolfleet.schemas.settings import Settings
+from toolfleet.schemas.status import EventStatus
 
 T = TypeVar("T")
 

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 import yaml
 
-from dispatcher.cli import build_parser
-from schemas.settings import ENV_PREFIX, Settings
+from toolfleet.cli import build_parser
+from toolfleet.schemas.settings import ENV_PREFIX, Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE_FILE = ROOT / "docker-compose.yml"
@@ -84,7 +84,7 @@ def test_each_service_command_parses_with_the_installed_cli(
     assert getattr(args, "func", None) is not None, f"{service}: {command} names no subcommand"
 
     result = subprocess.run(
-        [sys.executable, "-m", "dispatcher.cli", *command[1:], "--help"],
+        [sys.executable, "-m", "toolfleet.cli", *command[1:], "--help"],
         capture_output=True,
         text=True,
         timeout=60,

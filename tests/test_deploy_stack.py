@@ -25,7 +25,7 @@ import redis
 from tests.fleet import REPO_ROOT, WorkerProcess, wait_for
 from tests.test_deploy_compose import COMPOSE_FILE, DOCKERFILE, ENV, interpolate
 from tests.test_flower_cli import FlowerProcess, http_get, start_flower, stop_flower
-from workers.monitor import live_leases
+from toolfleet.workers.monitor import live_leases
 
 _RUN_TIMEOUT_S = 120.0
 
@@ -71,7 +71,7 @@ def service_env(spec: dict[str, Any], stack_env: dict[str, str]) -> dict[str, st
 
 def toolfleet_argv(command: list[str]) -> list[str]:
     assert command[0] == "toolfleet"
-    return [sys.executable, "-m", "dispatcher.cli", *command[1:]]
+    return [sys.executable, "-m", "toolfleet.cli", *command[1:]]
 
 
 @pytest.fixture(scope="module")

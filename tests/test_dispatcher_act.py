@@ -17,7 +17,8 @@ import pytest
 import redis
 from pydantic import BaseModel
 
-from dispatcher import (
+from tests.fleet import REPO_ROOT, WorkerProcess, assert_linked_pairs, call, run
+from toolfleet.dispatcher import (
     Branch,
     CallbackFailed,
     Fleet,
@@ -27,14 +28,13 @@ from dispatcher import (
     Session,
     StopHook,
 )
-from schemas.action import ActionResponseModel, ToolInvocation
-from schemas.errors import MalformedRequestError, UnknownToolError
-from schemas.keys import Keys
-from schemas.messages import ActionRequest, ActionResponse
-from schemas.record import EventRecord
-from schemas.settings import Settings
-from schemas.status import EventStatus
-from tests.fleet import REPO_ROOT, WorkerProcess, assert_linked_pairs, call, run
+from toolfleet.schemas.action import ActionResponseModel, ToolInvocation
+from toolfleet.schemas.errors import MalformedRequestError, UnknownToolError
+from toolfleet.schemas.keys import Keys
+from toolfleet.schemas.messages import ActionRequest, ActionResponse
+from toolfleet.schemas.record import EventRecord
+from toolfleet.schemas.settings import Settings
+from toolfleet.schemas.status import EventStatus
 
 pytestmark = pytest.mark.usefixtures("sync_worker", "async_worker")
 
@@ -613,16 +613,16 @@ def test_branch_history_loads_by_id_from_another_process(fleet_settings: Setting
 def test_standalone_branch_uses_the_process_default_fleet_across_event_loops(
     fleet_settings: Settings, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    import dispatcher.fleet
+    from toolfleet.dispatcher import fleet as fleet_module
 
     monkeypatch.setenv("TOOLFLEET_BROKER_URL", str(fleet_settings.broker_url))
     monkeypatch.setenv("TOOLFLEET_TOOLS", "tests.sample_tools")
-    monkeypatch.setattr(dispatcher.fleet, "_default", None)
+    monkeypatch.setattr(fleet_module, "_default", None)
 
     async def once(value: int) -> list[ActionResponseModel]:
         return await Branch().act(call("echo", value=value), verbose_action=True)
 
-    caplog.set_level("INFO", logger="dispatcher.act")
+    caplog.set_level("INFO", logger="toolfleet.dispatcher.batch.act")
     # Two event loops in turn: the default fleet re-binds its clients to each.
     assert asyncio.run(once(1))[0].output == 1
     default = Branch().fleet

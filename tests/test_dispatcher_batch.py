@@ -12,16 +12,16 @@ from typing import Any
 
 import pytest
 
-from dispatcher import Branch, ConfigurationError, Fleet, HookPoint
-from schemas.action import ActionResponseModel, CallParams
-from schemas.errors import UnknownToolError
-from schemas.messages import ActionRequest
-from schemas.record import EventRecord
-from schemas.settings import Settings
-from schemas.status import EventStatus
 from tests.command_log import CommandLog
 from tests.fleet import call, run, start_worker
 from tests.test_dispatcher_act import assert_linked_history, finished_at
+from toolfleet.dispatcher import Branch, ConfigurationError, Fleet, HookPoint
+from toolfleet.schemas.action import ActionResponseModel, CallParams
+from toolfleet.schemas.errors import UnknownToolError
+from toolfleet.schemas.messages import ActionRequest
+from toolfleet.schemas.record import EventRecord
+from toolfleet.schemas.settings import Settings
+from toolfleet.schemas.status import EventStatus
 
 pytestmark = pytest.mark.usefixtures("sync_worker", "async_worker")
 

@@ -12,26 +12,26 @@ import redis
 import redis.asyncio as aioredis
 from pydantic import BaseModel
 
-from dispatcher.act import check_wire
-from dispatcher.collector import Collector, connect
-from dispatcher.context import CallContext
-from dispatcher.envelope import normalize
-from dispatcher.fleet import Fleet
-from dispatcher.hooks import HookBus, HookPoint, StopHook
-from dispatcher.permissions import PermissionPolicy
-from dispatcher.session import Session
-from schemas.action import ToolInvocation
-from schemas.errors import (
+from toolfleet.dispatcher.accept.context import CallContext
+from toolfleet.dispatcher.accept.envelope import normalize
+from toolfleet.dispatcher.batch.act import check_wire
+from toolfleet.dispatcher.fleet import Fleet
+from toolfleet.dispatcher.govern.hooks import HookBus, HookPoint, StopHook
+from toolfleet.dispatcher.govern.permissions import PermissionPolicy
+from toolfleet.dispatcher.govern.session import Session
+from toolfleet.dispatcher.watch.collector import Collector, connect
+from toolfleet.schemas.action import ToolInvocation
+from toolfleet.schemas.errors import (
     ConfigurationError,
     MalformedRequestError,
     NotJSONError,
     OversizedArgumentsError,
 )
-from schemas.keys import Keys
-from schemas.messages import ActionRequest, ActionRequestContent
-from schemas.settings import Settings
-from schemas.tool import Tool
-from schemas.wire import CallResult
+from toolfleet.schemas.keys import Keys
+from toolfleet.schemas.messages import ActionRequest, ActionRequestContent
+from toolfleet.schemas.settings import Settings
+from toolfleet.schemas.tool import Tool
+from toolfleet.schemas.wire import CallResult
 
 
 class Proposal(BaseModel):
@@ -344,9 +344,9 @@ def test_collector_recovers_a_result_whose_reply_was_lost_from_its_stored_record
 
 
 def test_history_unit_is_json_in_redis_order(redis_url: str) -> None:
-    from dispatcher.history import BranchHistory, Unit, link_pair, load_records
-    from schemas.action import ActionResponseModel
-    from schemas.record import EventRecord
+    from toolfleet.dispatcher.history.history import BranchHistory, Unit, link_pair, load_records
+    from toolfleet.schemas.action import ActionResponseModel
+    from toolfleet.schemas.record import EventRecord
 
     async def scenario() -> None:
         keys = Keys("unit-history")
@@ -380,7 +380,7 @@ def test_history_unit_is_json_in_redis_order(redis_url: str) -> None:
 def test_cancel_and_wait_stops_a_task_that_swallowed_its_first_cancellation() -> None:
     """redis-py can turn a cancel racing its socket timeout into TimeoutError; the fleet's
     background loops catch that and run on, so one cancel() left Fleet.aclose() hanging."""
-    from dispatcher.stopping import cancel_and_wait
+    from toolfleet.dispatcher.watch.stopping import cancel_and_wait
 
     async def scenario() -> int:
         swallowed = 0
@@ -411,7 +411,7 @@ def test_a_settled_journal_opening_lets_go_of_the_batchs_calls() -> None:
     """Issue 16: the journal of a 100,000-call batch holds every call's arguments; kept
     until the batch ends it cost ~29 MB of the dispatcher's peak. Once its write is settled
     (sent with the first publish), the opening keeps only the batch id."""
-    from dispatcher.journal import JournalCall, JournalEntry, JournalOpening
+    from toolfleet.dispatcher.history.journal import JournalCall, JournalEntry, JournalOpening
 
     calls = [JournalCall(call_id=f"c{i}", function="echo", arguments={"v": i}) for i in range(3)]
     entry = JournalEntry(batch_id="b1", branch_id="br", strategy="concurrent",

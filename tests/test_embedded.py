@@ -17,12 +17,12 @@ from urllib.parse import urlsplit
 import pytest
 import redis
 
-from dispatcher.cli.batch_file import BatchLine
-from dispatcher.cli.batch_runner import run_batch
-from dispatcher.cli.embedded import EmbeddedFleet, EmbeddedRedis, live_fleets, resolve_fleet
-from schemas.errors import EmbeddedStartError
-from schemas.settings import Settings
 from tests.cli_support import REPO_ROOT, cli_env, wait_until
+from toolfleet.cli.batch_file import BatchLine
+from toolfleet.cli.batch_runner import run_batch
+from toolfleet.cli.embedded import EmbeddedFleet, EmbeddedRedis, live_fleets, resolve_fleet
+from toolfleet.schemas.errors import EmbeddedStartError
+from toolfleet.schemas.settings import Settings
 
 pytestmark = pytest.mark.slow  # real processes: embedded Redis and workers
 
@@ -126,8 +126,8 @@ def test_resolve_fleet_uses_the_external_broker_when_set(redis_url: str) -> None
 _STARTER = textwrap.dedent(
     """
     import sys, time
-    from dispatcher.cli.embedded import EmbeddedFleet
-    from schemas.settings import Settings
+    from toolfleet.cli.embedded import EmbeddedFleet
+    from toolfleet.schemas.settings import Settings
     fleet = EmbeddedFleet(tools=["tests.sample_tools"], base=Settings(run_dir=sys.argv[1]))
     fleet.start()
     groups = [p.pid for p in fleet.workers.values()]

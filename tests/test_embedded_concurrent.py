@@ -27,7 +27,7 @@ GATE_TOOLS = '''
 import asyncio
 import os
 
-from workers.registry import tool
+from toolfleet.workers.registry import tool
 
 
 @tool

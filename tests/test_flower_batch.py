@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
-from dispatcher import Branch, Fleet
-from schemas.action import ActionResponseModel, CallParams
-from schemas.settings import Settings
-from schemas.status import EventStatus
 from tests.fleet import WorkerProcess, wait_for
 from tests.test_flower_cli import FlowerProcess
 from tests.test_flower_e2e import _api, flower, wait_until_flower_watches  # noqa: F401  (the fixture)
+from toolfleet.dispatcher import Branch, Fleet
+from toolfleet.schemas.action import ActionResponseModel, CallParams
+from toolfleet.schemas.settings import Settings
+from toolfleet.schemas.status import EventStatus
 
 pytestmark = pytest.mark.usefixtures("sync_worker")
 

@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 from celery.events.state import State
 
-from dispatcher.cli import EXIT_USAGE
-from dispatcher.cli import flower as flower_cli
-from dispatcher.cli.flower import STATE_FILE_NAME, flower_argv
-from schemas.errors import ConfigurationError
+from toolfleet.cli import EXIT_USAGE
+from toolfleet.cli import flower as flower_cli
+from toolfleet.cli.flower import STATE_FILE_NAME, flower_argv
+from toolfleet.schemas.errors import ConfigurationError
 
 _START_DEADLINE_S = 30.0
 
@@ -75,7 +75,7 @@ def start_flower(
     full_env.update(env or {})
     with log_path.open("wb") as log_file:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "dispatcher.cli", "flower", "--port", str(port), *args],
+            [sys.executable, "-m", "toolfleet.cli", "flower", "--port", str(port), *args],
             stdout=log_file,
             stderr=subprocess.STDOUT,
             env=full_env,
@@ -171,7 +171,7 @@ def test_without_a_broker_exits_2_naming_the_variable(tmp_path: Path) -> None:
     # A private run dir, so an embedded fleet another test runs now is not found.
     env["TOOLFLEET_RUN_DIR"] = str(tmp_path)
     result = subprocess.run(
-        [sys.executable, "-m", "dispatcher.cli", "flower", "--port", str(free_port())],
+        [sys.executable, "-m", "toolfleet.cli", "flower", "--port", str(free_port())],
         env=env,
         capture_output=True,
         text=True,

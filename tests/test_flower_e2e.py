@@ -18,14 +18,14 @@ from typing import Any
 import pytest
 import redis
 
-from dispatcher import Branch, Fleet, HookPoint
-from dispatcher.cli.flower import STATE_FILE_NAME
-from schemas.action import ActionResponseModel
-from schemas.settings import Settings
-from schemas.status import EventStatus
 from tests.fleet import WorkerProcess, wait_for
 from tests.test_flower_cli import FlowerProcess, http_get, start_flower, stop_flower
-from workers.monitor import live_leases
+from toolfleet.cli.flower import STATE_FILE_NAME
+from toolfleet.dispatcher import Branch, Fleet, HookPoint
+from toolfleet.schemas.action import ActionResponseModel
+from toolfleet.schemas.settings import Settings
+from toolfleet.schemas.status import EventStatus
+from toolfleet.workers.monitor import live_leases
 
 pytestmark = pytest.mark.usefixtures("sync_worker", "async_worker")
 

@@ -1,6 +1,6 @@
 """Issue 11 item 5: every Flower (and Celery event-state) internal that
-dispatcher/cli/flower_internals.py leans on is still there, with the shape it was written
-against. A failure names the internal and what changed; fix dispatcher/cli/flower_internals.py
+toolfleet/cli/flower_internals.py leans on is still there, with the shape it was written
+against. A failure names the internal and what changed; fix toolfleet/cli/flower_internals.py
 (and nothing else) to match the installed Flower. The behaviour itself (a call named for its
 tool, a failed call's runtime) is tested in tests/test_flower_cli.py."""
 
@@ -17,20 +17,20 @@ from flower.app import Flower
 from flower.events import Events
 from flower.urls import settings as flower_settings
 
-from dispatcher.cli import flower_internals
-from dispatcher.cli.flower_internals import (
+from tests.internals_support import change_message, parameters
+from toolfleet.cli import flower_internals
+from toolfleet.cli.flower_internals import (
     FLOWER_WRITTEN_AGAINST,
     FUNCTION_IN_ARGSREPR,
     ToolTask,
     track_calls,
 )
-from dispatcher.enqueue import _argsrepr
-from schemas.tool import Tool
-from schemas.wire import CallMessage
-from tests.internals_support import change_message, parameters
+from toolfleet.dispatcher.send.enqueue import _argsrepr
+from toolfleet.schemas.tool import Tool
+from toolfleet.schemas.wire import CallMessage
 
 changed = change_message(
-    "dispatcher/cli/flower_internals.py",
+    "toolfleet/cli/flower_internals.py",
     f"Flower {FLOWER_WRITTEN_AGAINST}",
     f"Flower {flower.__version__} on Celery {celery.__version__}",
 )
@@ -56,14 +56,16 @@ def test_celery_event_state_builds_tasks_we_can_subclass_and_merge() -> None:
 
 
 def test_the_tool_name_pattern_reads_the_dispatchers_argsrepr() -> None:
-    # The pattern is ours over our own text (dispatcher.enqueue), but the two must agree.
+    # The pattern is ours over our own text (toolfleet.dispatcher.send.enqueue), but the two must
+    # agree.
     message = CallMessage(
         call_id="call-1", function="word_count", arguments={"text": "it's 'quoted'"}
     )
     tool = Tool(func_callable=lambda text: text, function="word_count")
     match = FUNCTION_IN_ARGSREPR.search(_argsrepr(message, tool))
     assert match is not None and match[1] == "word_count", (
-        "FUNCTION_IN_ARGSREPR no longer reads the function from dispatcher.enqueue's argsrepr"
+        "FUNCTION_IN_ARGSREPR no longer reads the function from "
+        "toolfleet.dispatcher.send.enqueue's argsrepr"
     )
 
 

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.cli import EXIT_USAGE
 from tests.reliability_support import PrivateRedis
 from tests.test_flower_cli import free_port, http_get, start_flower, stop_flower
+from toolfleet.cli import EXIT_USAGE
 
 pytestmark = pytest.mark.slow
 
@@ -77,7 +77,7 @@ def test_a_busy_port_is_one_line_naming_it(tmp_path: Path, redis_url: str) -> No
         busy.listen()
         port = busy.getsockname()[1]
         result = subprocess.run(
-            [sys.executable, "-m", "dispatcher.cli", "flower", "--port", str(port)],
+            [sys.executable, "-m", "toolfleet.cli", "flower", "--port", str(port)],
             env=_env(tmp_path, redis_url),
             capture_output=True,
             text=True,
@@ -98,7 +98,7 @@ def _env(tmp_path: Path, broker_url: str) -> dict[str, str]:
 
 def test_flower_refuses_a_silent_broker_with_one_line(tmp_path: Path) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "dispatcher.cli", "flower", "--port", str(free_port())],
+        [sys.executable, "-m", "toolfleet.cli", "flower", "--port", str(free_port())],
         env=_env(tmp_path, "redis://127.0.0.1:1/0"),
         capture_output=True,
         text=True,

@@ -10,10 +10,10 @@ import uuid
 import redis
 import redis.asyncio as aioredis
 
-from dispatcher.history import BranchHistory, Unit, link_pair, load_records
-from schemas.action import ActionResponseModel
-from schemas.keys import Keys
-from schemas.record import EventRecord
+from toolfleet.dispatcher.history.history import BranchHistory, Unit, link_pair, load_records
+from toolfleet.schemas.action import ActionResponseModel
+from toolfleet.schemas.keys import Keys
+from toolfleet.schemas.record import EventRecord
 
 
 def _unit(i: int, branch_id: str, with_event: bool) -> Unit:

@@ -10,16 +10,16 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 
-from dispatcher import Branch, Fleet
-from dispatcher.durable import Chunk, DurableLog, Progress
-from dispatcher.journal import load_journal
-from schemas.function_calling import REDACTED
-from schemas.keys import Keys
-from schemas.settings import Settings
-from schemas.wire import CallResult
 from tests.command_log import CommandLog
 from tests.fleet import WorkerProcess, call, run
 from tests.reliability_support import PrivateRedis
+from toolfleet.dispatcher import Branch, Fleet
+from toolfleet.dispatcher.history.durable import Chunk, DurableLog, Progress
+from toolfleet.dispatcher.history.journal import load_journal
+from toolfleet.schemas.function_calling import REDACTED
+from toolfleet.schemas.keys import Keys
+from toolfleet.schemas.settings import Settings
+from toolfleet.schemas.wire import CallResult
 
 SECRET = "sk-journal-secret-123"
 
@@ -195,7 +195,7 @@ def test_the_write_that_completes_a_batch_closes_its_journal_in_the_same_script(
     async def close_apart(client: Any, keys_: Keys, batch_id: str) -> None:
         closed_apart.append(batch_id)
 
-    monkeypatch.setattr("dispatcher.journal.close_journal", close_apart)
+    monkeypatch.setattr("toolfleet.dispatcher.history.journal.close_journal", close_apart)
 
     async def scenario(fleet: Fleet) -> list[Any]:
         branch = Branch(fleet=fleet)

@@ -1,7 +1,7 @@
-"""Issue 11 item 5: every kombu Redis-transport internal dispatcher/kombu_internals.py reads is
+"""Issue 11 item 5: every kombu Redis-transport internal dispatcher/send/kombu_internals.py reads is
 still there, with the layout it was written against: the key names on the installed kombu's
 Channel, and where a real publish to a real Redis puts a message, queued and reserved, in what
-shape. A failure names what changed; fix dispatcher/kombu_internals.py (and nothing else)."""
+shape. A failure names what changed; fix dispatcher/send/kombu_internals.py (and nothing else)."""
 
 from __future__ import annotations
 
@@ -19,9 +19,12 @@ from kombu import Connection, Queue
 from kombu.transport import redis as kombu_redis
 
 import tests.sample_tools  # noqa: F401  (registers the echo tool)
-from dispatcher.direct_publish import direct_publish_possible, encode_call, publish_direct
-from dispatcher.enqueue import publish_calls, send_options
-from dispatcher.kombu_internals import (
+from tests.fleet import make_call
+from tests.internals_support import change_message
+from tests.reliability_support import PrivateRedis
+from toolfleet.dispatcher.send.direct import direct_publish_possible, encode_call, publish_direct
+from toolfleet.dispatcher.send.enqueue import publish_calls, send_options
+from toolfleet.dispatcher.send.kombu_internals import (
     KOMBU_WRITTEN_AGAINST,
     PRIORITY_SEPARATOR,
     PRIORITY_STEPS,
@@ -36,17 +39,14 @@ from dispatcher.kombu_internals import (
     read_queued_and_reserved,
     split_queued_and_reserved,
 )
-from dispatcher.whereabouts import call_ids_of
-from schemas.settings import Settings
-from schemas.tasks import EXECUTE_TASK
-from tests.fleet import make_call
-from tests.internals_support import change_message
-from tests.reliability_support import PrivateRedis
-from workers.app import create_app
-from workers.registry import registry
+from toolfleet.dispatcher.watch.whereabouts import call_ids_of
+from toolfleet.schemas.settings import Settings
+from toolfleet.schemas.tasks import EXECUTE_TASK
+from toolfleet.workers.app import create_app
+from toolfleet.workers.registry import registry
 
 changed = change_message(
-    "dispatcher/kombu_internals.py",
+    "dispatcher/send/kombu_internals.py",
     f"kombu {KOMBU_WRITTEN_AGAINST}",
     f"kombu {kombu.__version__}",
 )
@@ -165,7 +165,7 @@ def test_a_direct_publish_queues_what_kombu_would(
     arguments: dict[str, Any],
     timeout_s: float | None,
 ) -> None:
-    # Issue 16: dispatcher.direct_publish writes kombu's message itself (no publishing
+    # Issue 16: toolfleet.dispatcher.send.direct writes kombu's message itself (no publishing
     # thread); the bytes it queues must be what kombu's producer queues for the same call,
     # but for the delivery tag (a fresh uuid per publish) and Celery's reply_to (the
     # publishing thread's id).
@@ -199,8 +199,8 @@ def test_a_direct_publish_queues_what_kombu_would(
         assert payload["properties"].pop("delivery_tag")
         assert payload["properties"].pop("reply_to")
     assert ours == theirs, changed(
-        f"kombu queues {json.dumps(theirs)[:600]}, dispatcher.direct_publish "
-        f"{json.dumps(ours)[:600]}: fix dispatcher/direct_publish.py"
+        f"kombu queues {json.dumps(theirs)[:600]}, toolfleet.dispatcher.send.direct "
+        f"{json.dumps(ours)[:600]}: fix dispatcher/send/direct.py"
     )
     assert call_ids_of(ours_raw) == {message.call_id}
 

@@ -1,36 +1,41 @@
-"""The layout rules of issue 11 (items 3 and 6), read from the source: the import graph of
-schemas/, dispatcher/ and workers/ counts every import statement (inside functions, under
-TYPE_CHECKING, in a module __getattr__ too)."""
+"""The layout rules of docs/layout.md, read from the source: the import graph of toolfleet's
+packages counts every import statement (inside functions, under TYPE_CHECKING, in a module
+__getattr__ too), and the dispatcher's step table is checked against its folders."""
 
 from __future__ import annotations
 
 import ast
 import itertools
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("schemas", "dispatcher", "workers")
-OURS = (*PACKAGES, "tests", "bench")
+# Where each part of the toolfleet package lives in the checkout.
+PARTS = {
+    "toolfleet.schemas": ROOT / "schemas",
+    "toolfleet.dispatcher": ROOT / "dispatcher",
+    "toolfleet.workers": ROOT / "workers",
+    "toolfleet.cli": ROOT / "toolfleet" / "cli",
+    "toolfleet.adapters": ROOT / "toolfleet" / "adapters",
+}
 MAX_LINES = 400
 # What the dispatcher may import from workers/: what creates the app (app; app_info holds its
-# accessors) and the registry (registry; specs renders its tools for a model), plus the
-# publisher of execute_many messages, whose format is the batch task's.
+# accessors) and the registry (registry; specs renders its tools for a model).
 DISPATCHER_MAY_IMPORT = frozenset(
     {
-        "workers.app",
-        "workers.app_info",
-        "workers.registry",
-        "workers.specs",
-        "workers.batch_publish",
+        "toolfleet.workers.app",
+        "toolfleet.workers.app_info",
+        "toolfleet.workers.registry",
+        "toolfleet.workers.specs",
     }
 )
 
 
 def _modules() -> dict[str, Path]:
-    found: dict[str, Path] = {}
-    for package in PACKAGES:
-        for path in sorted((ROOT / package).rglob("*.py")):
-            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    found: dict[str, Path] = {"toolfleet": ROOT / "toolfleet" / "__init__.py"}
+    for part, folder in PARTS.items():
+        for path in sorted(folder.rglob("*.py")):
+            parts = [*part.split("."), *path.relative_to(folder).with_suffix("").parts]
             if parts[-1] == "__init__":
                 parts.pop()
             found[".".join(parts)] = path
@@ -38,6 +43,10 @@ def _modules() -> dict[str, Path]:
 
 
 MODULES = _modules()
+
+
+def _under(name: str, part: str) -> bool:
+    return name == part or name.startswith(part + ".")
 
 
 def _imported_names(name: str, path: Path) -> dict[str, int]:
@@ -125,31 +134,39 @@ def test_the_graph_counts_imports_inside_functions_and_under_type_checking(
     source = tmp_path / "probe.py"
     source.write_text(
         "from typing import TYPE_CHECKING\n"
-        "if TYPE_CHECKING:\n    import workers.app\n"
-        "def late():\n    from dispatcher import branch\n    from . import fleet\n"
+        "if TYPE_CHECKING:\n    import toolfleet.workers.app\n"
+        "def late():\n    from toolfleet.dispatcher import branch\n    from . import fleet\n"
     )
-    names = _imported_names("dispatcher.probe", source)
-    assert {"workers.app", "dispatcher.branch", "dispatcher.fleet"} <= set(names)
+    names = _imported_names("toolfleet.dispatcher.probe", source)
+    assert {
+        "toolfleet.workers.app",
+        "toolfleet.dispatcher.branch",
+        "toolfleet.dispatcher.fleet",
+    } <= set(names)
     source.write_text(
         "from typing import TYPE_CHECKING\n"
-        "if TYPE_CHECKING:\n    from workers.task import Outcome\n"
-        "def f():\n    from workers.app import create_app\n"
+        "if TYPE_CHECKING:\n    from toolfleet.workers.call_runner import Outcome\n"
+        "def f():\n    from toolfleet.workers.app import create_app\n"
         "from . import store\n"
     )
-    names = _imported_names("workers.probe", source)
-    assert {"workers.task", "workers.app", "workers.store"} <= set(names), names
-    assert _ours("dispatcher.branch.Branch") == "dispatcher.branch"
+    names = _imported_names("toolfleet.workers.probe", source)
+    assert {
+        "toolfleet.workers.call_runner",
+        "toolfleet.workers.app",
+        "toolfleet.workers.store",
+    } <= set(names), names
+    assert _ours("toolfleet.dispatcher.branch.Branch") == "toolfleet.dispatcher.branch"
     assert _find_cycle({"a": {"b": 1}, "b": {"c": 2}, "c": {"a": 3}}) == ["a", "b", "c", "a"]
     assert _find_cycle({"a": {"b": 1}, "b": {"a": 2}}) == ["a", "b", "a"]
     assert _find_cycle({"a": {"b": 1}, "b": {}}) is None
 
 
-def test_no_import_cycle_in_schemas_dispatcher_workers() -> None:
+def test_no_import_cycle() -> None:
     graph = _graph()
     cycle = _find_cycle(graph)
     assert cycle is None, (
         _describe(cycle, graph) + "\nmove what both modules need into a module both import "
-        "(as workers.app_info is for workers.app and the task modules)"
+        "(as toolfleet.workers.app_info is for toolfleet.workers.app and the task modules)"
         if cycle
         else ""
     )
@@ -160,21 +177,24 @@ def _imports_from(package: str, forbidden: frozenset[str]) -> list[str]:
     return [
         f"{name} imports {imported} (line {line})"
         for name, path in MODULES.items()
-        if name.split(".")[0] == package
+        if _under(name, package)
         for imported, line in _imported_names(name, path).items()
-        if imported.split(".")[0] in forbidden
+        if any(_under(imported, part) for part in forbidden) or imported == "toolfleet"
     ]
 
 
 def test_schemas_import_nothing_else_of_ours() -> None:
-    wrong = _imports_from("schemas", frozenset(OURS) - {"schemas"})
+    wrong = _imports_from("toolfleet.schemas", frozenset(PARTS) - {"toolfleet.schemas"})
     assert wrong == [], "schemas/ is the wire contract and imports nothing else of ours:\n" + (
         "\n".join(wrong)
     )
 
 
 def test_workers_never_imports_the_dispatcher() -> None:
-    wrong = _imports_from("workers", frozenset({"dispatcher"}))
+    wrong = _imports_from(
+        "toolfleet.workers",
+        frozenset({"toolfleet.dispatcher", "toolfleet.cli", "toolfleet.adapters"}),
+    )
     assert wrong == [], "workers/ imports the dispatcher; use schemas/ instead:\n" + (
         "\n".join(wrong)
     )
@@ -185,9 +205,12 @@ def test_dispatcher_imports_from_workers_only_the_app_and_the_registry() -> None
     wrong = [
         f"{name} imports {target} (line {line})"
         for name, edges in graph.items()
-        if name.split(".")[0] == "dispatcher"
+        if _under(name, "toolfleet.dispatcher")
         for target, line in edges.items()
-        if target.split(".")[0] == "workers" and target not in DISPATCHER_MAY_IMPORT
+        if (_under(target, "toolfleet.workers") and target not in DISPATCHER_MAY_IMPORT)
+        or _under(target, "toolfleet.cli")
+        or _under(target, "toolfleet.adapters")
+        or target == "toolfleet"
     ]
     assert wrong == [], (
         f"dispatcher/ may import from workers/ only {sorted(DISPATCHER_MAY_IMPORT)}:\n"
@@ -202,3 +225,25 @@ def test_no_module_over_400_lines() -> None:
         if (lines := len(path.read_text().splitlines())) > MAX_LINES
     }
     assert long == {}, f"split these by noun (at most {MAX_LINES} lines each): {long}"
+
+
+STEP_TABLE = ROOT / "docs" / "layout.md"
+STEP_ROW = re.compile(r"^\| (\w+) \| `(dispatcher/(?:\w+/)?)` \| (.+) \|$", re.M)
+
+
+def test_step_table_matches_the_folders() -> None:
+    rows = STEP_ROW.findall(STEP_TABLE.read_text())
+    assert rows, f"no step table in {STEP_TABLE}"
+    listed: dict[str, str] = {}
+    wrong = []
+    for step, folder, cell in rows:
+        for module in re.findall(r"`(\w+)`", cell):
+            path = ROOT / folder / f"{module}.py"
+            if not path.is_file():
+                wrong.append(f"step {step} names {folder}{module}.py, which does not exist")
+            listed[str(path.relative_to(ROOT))] = step
+    for path in sorted((ROOT / "dispatcher").rglob("*.py")):
+        relative = str(path.relative_to(ROOT))
+        if path.name != "__init__.py" and relative not in listed:
+            wrong.append(f"{relative} is in no step of {STEP_TABLE.name}'s table: add it to a row")
+    assert wrong == [], "\n".join(wrong)

@@ -21,11 +21,11 @@ from lionagi.protocols.messages import ActionRequest as LionagiRequest
 from lionagi.protocols.messages import ActionResponse as LionagiResponse
 from lionagi.testing import TestBranch
 
-from dispatcher import Branch, Fleet
-from dispatcher.lionagi import bridge_of, on_fleet
-from schemas.errors import ConfigurationError
-from schemas.settings import Settings
 from tests.fleet import call
+from toolfleet.adapters.lionagi import bridge_of, on_fleet
+from toolfleet.dispatcher import Branch, Fleet
+from toolfleet.schemas.errors import ConfigurationError
+from toolfleet.schemas.settings import Settings
 
 pytestmark = pytest.mark.usefixtures("sync_worker", "async_worker")
 

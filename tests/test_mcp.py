@@ -26,14 +26,14 @@ import redis
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
-from dispatcher import Branch, Fleet
-from dispatcher.mcp_server import BRANCH_META_KEY, CALL_META_KEY
-from schemas.keys import Keys
-from schemas.settings import Settings
-from schemas.status import EventStatus
-from schemas.wire import CallResult
 from tests.fleet import REPO_ROOT, WorkerProcess, start_worker, wait_for
 from tests.otlp_collector import OtlpCollector, ReceivedSpan
+from toolfleet.adapters.mcp import BRANCH_META_KEY, CALL_META_KEY
+from toolfleet.dispatcher import Branch, Fleet
+from toolfleet.schemas.keys import Keys
+from toolfleet.schemas.settings import Settings
+from toolfleet.schemas.status import EventStatus
+from toolfleet.schemas.wire import CallResult
 
 SECRET = f"sk-mcp-{uuid.uuid4().hex}"
 TOKEN = f"token-{uuid.uuid4().hex}"
@@ -88,7 +88,7 @@ def _server_env(fleet_env: dict[str, str]) -> dict[str, str]:
 
 def _command() -> list[str]:
     script = Path(sys.executable).parent / "toolfleet"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "dispatcher.cli"]
+    return [str(script)] if script.exists() else [sys.executable, "-m", "toolfleet.cli"]
 
 
 def _mcp_args(*extra: str) -> list[str]:
@@ -443,7 +443,7 @@ def test_http_on_another_address_without_a_token_warns() -> None:
 def test_the_readmes_desktop_assistant_config_is_a_valid_toolfleet_mcp_command() -> None:
     """The README's claude_desktop_config.json block parses, and its command line is one
     `toolfleet mcp` accepts (stdio, the tools and gate options as documented)."""
-    from dispatcher.cli import build_parser
+    from toolfleet.cli import build_parser
 
     readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
     block = readme.split("```json\n", 1)[1].split("```", 1)[0]

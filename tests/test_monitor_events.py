@@ -19,14 +19,14 @@ import pytest
 import redis
 from celery import Celery
 
-from dispatcher import Branch
-from schemas.settings import Settings
-from schemas.status import EventStatus
 from tests.fleet import WorkerProcess, call, run, start_worker, wait_for
 from tests.reliability_support import PrivateRedis
 from tests.test_flower_cli import http_get, start_flower, stop_flower
-from workers.app import create_app
-from workers.monitor import live_leases, monitor_key
+from toolfleet.dispatcher import Branch
+from toolfleet.schemas.settings import Settings
+from toolfleet.schemas.status import EventStatus
+from toolfleet.workers.app import create_app
+from toolfleet.workers.monitor import live_leases, monitor_key
 
 LEASE_S = 2.0
 

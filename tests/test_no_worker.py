@@ -17,14 +17,14 @@ import uuid
 import pytest
 import redis
 
-from dispatcher import Branch, Fleet
-from dispatcher.reconciler import start_command
-from schemas.action import ActionResponseModel
-from schemas.keys import Keys
-from schemas.settings import Settings
-from schemas.status import EventStatus
-from schemas.wire import CallResult
 from tests.fleet import WorkerProcess, assert_linked_pairs, call, run, start_worker
+from toolfleet.dispatcher import Branch, Fleet
+from toolfleet.dispatcher.watch.reconciler import start_command
+from toolfleet.schemas.action import ActionResponseModel
+from toolfleet.schemas.keys import Keys
+from toolfleet.schemas.settings import Settings
+from toolfleet.schemas.status import EventStatus
+from toolfleet.schemas.wire import CallResult
 
 
 def _lonely(settings: Settings, timeout_s: float) -> Settings:
@@ -65,7 +65,7 @@ def test_a_kind_without_worker_warns_at_once_then_fails_no_worker_error(
         results = await task
         return branch, results, time.monotonic() - started
 
-    with caplog.at_level(logging.WARNING, logger="dispatcher"):
+    with caplog.at_level(logging.WARNING, logger="toolfleet.dispatcher"):
         branch, results, elapsed_s = run(settings, scenario, timeout_s=30)
 
     warning = next(r.getMessage() for r in caplog.records if queue in r.getMessage())
@@ -113,16 +113,16 @@ def test_toolfleet_run_prints_the_warning_above_its_progress_bar() -> None:
 
     from rich.console import Console
 
-    from dispatcher.cli.progress import BatchProgress
+    from toolfleet.cli.progress import BatchProgress
 
     out = io.StringIO()
     console = Console(file=out, force_terminal=True, width=200)
     with BatchProgress(2, console):
-        logging.getLogger("dispatcher.reconciler").warning(
+        logging.getLogger("toolfleet.dispatcher.watch.reconciler").warning(
             "no live worker consumes queue 'toolfleet.async'; start one with `%s`",
             "toolfleet worker --kind async",
         )
     text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.getvalue())
     assert "warning: no live worker consumes queue 'toolfleet.async'" in text
     assert "toolfleet worker --kind async" in text
-    assert not logging.getLogger("dispatcher").handlers, "the handler outlived the bar"
+    assert not logging.getLogger("toolfleet.dispatcher").handlers, "the handler outlived the bar"

@@ -1,6 +1,6 @@
 """Issue 13 item 8: the README's plain-Celery recipe works as written.
 
-``TOOLFLEET_TOOLS=mytools celery -A workers.app worker -Q toolfleet.sync`` is run from a
+``TOOLFLEET_TOOLS=mytools celery -A toolfleet.workers.app worker -Q toolfleet.sync`` is run from a
 directory holding ``mytools.py`` (not on PYTHONPATH, as for a user), and ``toolfleet run`` from
 the same directory gets the tool's result; a tool module that does not import stops the worker
 with one line and exit 2 instead of a worker that fails every call.
@@ -15,16 +15,16 @@ from pathlib import Path
 
 import pytest
 
-from schemas.settings import Settings
 from tests.cli_support import REPO_ROOT, read_jsonl, toolfleet_argv
 from tests.fleet import wait_for
 from tests.reliability_support import PrivateRedis
-from workers.app import create_app
+from toolfleet.schemas.settings import Settings
+from toolfleet.workers.app import create_app
 
 pytestmark = pytest.mark.slow
 
 MYTOOLS = """
-from workers.registry import tool
+from toolfleet.workers.registry import tool
 
 
 @tool
@@ -50,13 +50,15 @@ def test_the_readme_recipe_runs_a_tool_from_the_working_directory(
     tmp_path: Path, broker: PrivateRedis
 ) -> None:
     readme = (REPO_ROOT / "README.md").read_text()
-    assert "TOOLFLEET_TOOLS=mytools celery -A workers.app worker -Q toolfleet.sync" in readme
+    assert (
+        "TOOLFLEET_TOOLS=mytools celery -A toolfleet.workers.app worker -Q toolfleet.sync" in readme
+    )
     (tmp_path / "mytools.py").write_text(MYTOOLS)
     (tmp_path / "calls.jsonl").write_text('{"function": "double", "arguments": {"x": 21}}\n')
     log_path = tmp_path / "celery.log"
     with open(log_path, "wb") as log:
         worker = subprocess.Popen(
-            _celery("-A", "workers.app", "worker", "-Q", "toolfleet.sync", "-c", "1"),
+            _celery("-A", "toolfleet.workers.app", "worker", "-Q", "toolfleet.sync", "-c", "1"),
             cwd=tmp_path,
             env=_env(broker.url, TOOLFLEET_TOOLS="mytools"),
             stdout=log,
@@ -96,7 +98,7 @@ def test_a_tool_module_that_does_not_import_stops_the_worker_with_one_line(
     tmp_path: Path, broker: PrivateRedis
 ) -> None:
     proc = subprocess.run(
-        _celery("-A", "workers.app", "worker", "-Q", "toolfleet.sync", "-c", "1"),
+        _celery("-A", "toolfleet.workers.app", "worker", "-Q", "toolfleet.sync", "-c", "1"),
         cwd=tmp_path,
         env=_env(broker.url, TOOLFLEET_TOOLS="no_such_tools_module"),
         capture_output=True,

@@ -25,19 +25,19 @@ from openai.types.responses import ResponseFunctionToolCall
 from openai.types.responses.response_input_param import FunctionCallOutput
 from pydantic import TypeAdapter
 
-from dispatcher import Branch, Fleet
-from dispatcher.context import call_id_for
-from dispatcher.envelope import normalize, tool_calls_in
-from schemas.action import ActionResponseModel
-from schemas.errors import ConfigurationError, MalformedRequestError
-from schemas.keys import Keys
-from schemas.messages import ActionRequest, ActionRequestContent
-from schemas.provider import render_results
-from schemas.settings import Settings
-from schemas.status import EventStatus
-from schemas.wire import CallResult
 from tests.cli_support import toolfleet
 from tests.fleet import WorkerProcess, assert_linked_pairs, run
+from toolfleet.dispatcher import Branch, Fleet
+from toolfleet.dispatcher.accept.context import call_id_for
+from toolfleet.dispatcher.accept.envelope import normalize, tool_calls_in
+from toolfleet.schemas.action import ActionResponseModel
+from toolfleet.schemas.errors import ConfigurationError, MalformedRequestError
+from toolfleet.schemas.keys import Keys
+from toolfleet.schemas.messages import ActionRequest, ActionRequestContent
+from toolfleet.schemas.provider import render_results
+from toolfleet.schemas.settings import Settings
+from toolfleet.schemas.status import EventStatus
+from toolfleet.schemas.wire import CallResult
 
 
 def openai_call(id: str, name: str, arguments: str) -> ChatCompletionMessageFunctionToolCall:
@@ -328,9 +328,9 @@ def test_cli_run_reads_provider_lines_and_ids(
 
 
 def test_flower_args_show_the_tool_call_id() -> None:
-    from dispatcher.enqueue import _argsrepr
-    from schemas.tool import Tool
-    from schemas.wire import CallMessage
+    from toolfleet.dispatcher.send.enqueue import _argsrepr
+    from toolfleet.schemas.tool import Tool
+    from toolfleet.schemas.wire import CallMessage
 
     message = CallMessage(call_id="c", tool_call_id="call_X", function="add", arguments={})
     shown = _argsrepr(message, Tool(func_callable=lambda: None, function="add"))

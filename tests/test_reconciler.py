@@ -18,12 +18,12 @@ import time
 import pytest
 import redis
 
-from dispatcher import Branch, Fleet
-from dispatcher.whereabouts import call_ids_of
-from schemas.action import ActionResponseModel
-from schemas.settings import Settings
-from schemas.status import EventStatus
 from tests.fleet import WorkerProcess, assert_linked_pairs, call, run
+from toolfleet.dispatcher import Branch, Fleet
+from toolfleet.dispatcher.watch.whereabouts import call_ids_of
+from toolfleet.schemas.action import ActionResponseModel
+from toolfleet.schemas.settings import Settings
+from toolfleet.schemas.status import EventStatus
 
 
 def _message(task_id: str, task: str = "toolfleet.execute", body: object = None) -> bytes:
@@ -93,7 +93,7 @@ def test_a_lost_message_is_republished_once_and_the_call_completes(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     settings = lone_sync[0].model_copy(update={"reconcile_grace_s": 0.5})
-    with caplog.at_level(logging.WARNING, logger="dispatcher.reconciler"):
+    with caplog.at_level(logging.WARNING, logger="toolfleet.dispatcher.watch.reconciler"):
         branch, results, removed = _act(settings, redis_client, times=1)
     assert len(removed) == 1
     assert [r.status for r in results] == [EventStatus.COMPLETED] * 3
@@ -135,10 +135,10 @@ def test_locate_tells_queued_reserved_started_finished_and_nowhere(
 
     import redis.asyncio as aioredis
 
-    from dispatcher.kombu_internals import UNACKED_KEY
-    from dispatcher.whereabouts import Place, locate
-    from schemas.keys import Keys
-    from workers.store import StartedMarker
+    from toolfleet.dispatcher.send.kombu_internals import UNACKED_KEY
+    from toolfleet.dispatcher.watch.whereabouts import Place, locate
+    from toolfleet.schemas.keys import Keys
+    from toolfleet.workers.store import StartedMarker
 
     keys = Keys(f"test-{uuid.uuid4().hex[:8]}")
     queue = f"{keys.prefix}.queue"

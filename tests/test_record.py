@@ -1,5 +1,5 @@
-"""schemas.record.EventRecord: the one typed event record, and its shape on the wire and in
-history (issue 11: stored records and history keep the keys they always had)."""
+"""toolfleet.schemas.record.EventRecord: the one typed event record, and its shape on the wire and
+in history (issue 11: stored records and history keep the keys they always had)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from schemas.errors import UnknownToolError
-from schemas.record import EventRecord, not_run_result, shown_arguments
-from schemas.status import EventStatus
-from schemas.tool import Tool
-from schemas.wire import CallMessage, CallResult
+from toolfleet.schemas.errors import UnknownToolError
+from toolfleet.schemas.record import EventRecord, not_run_result, shown_arguments
+from toolfleet.schemas.status import EventStatus
+from toolfleet.schemas.tool import Tool
+from toolfleet.schemas.wire import CallMessage, CallResult
 
 STORED_KEYS = ["id", "created_at", "execution", "function", "arguments", "tool_call_id"]
 HISTORY_KEYS = [*STORED_KEYS, "call_id", "branch_id", "attempt", "worker"]

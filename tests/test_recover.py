@@ -21,23 +21,23 @@ from collections import Counter
 import pytest
 import redis
 
-from dispatcher import Branch, Fleet
-from dispatcher.cli.admin import orphaned_batches
-from dispatcher.recover import recover_branch
-from schemas.keys import Keys
-from schemas.messages import ActionRequest, ActionResponse
-from schemas.settings import Settings
 from tests.chaos_support import sigkill_child_when
 from tests.fleet import REPO_ROOT, WorkerProcess, run
+from toolfleet.cli.admin import orphaned_batches
+from toolfleet.dispatcher import Branch, Fleet
+from toolfleet.dispatcher.history.recover import recover_branch
+from toolfleet.schemas.keys import Keys
+from toolfleet.schemas.messages import ActionRequest, ActionResponse
+from toolfleet.schemas.settings import Settings
 
 CALLS = 40
 
 _CHILD = textwrap.dedent(
     """
     import asyncio, sys
-    from dispatcher import Branch, Fleet
-    from schemas.action import CallParams
-    from schemas.settings import Settings
+    from toolfleet.dispatcher import Branch, Fleet
+    from toolfleet.schemas.action import CallParams
+    from toolfleet.schemas.settings import Settings
 
     async def main() -> None:
         fleet = Fleet(Settings(broker_url=sys.argv[1], tools=("tests.sample_tools",)))
@@ -115,7 +115,7 @@ def test_toolfleet_recover_says_when_a_branch_has_no_open_batch(redis_url: str) 
     env.update({"TOOLFLEET_BROKER_URL": redis_url, "PYTHONPATH": str(REPO_ROOT)})
     branch_id = str(uuid.uuid4())
     done = subprocess.run(
-        [sys.executable, "-m", "dispatcher.cli", "recover", branch_id, "--json"],
+        [sys.executable, "-m", "toolfleet.cli", "recover", branch_id, "--json"],
         cwd=REPO_ROOT,
         env=env,
         capture_output=True,

@@ -16,16 +16,16 @@ from collections.abc import Iterator
 import pytest
 import redis.asyncio as aioredis
 
-from dispatcher import Branch, Fleet
-from dispatcher.broker_watch import OUTAGE_LIMIT_S, BrokerWatch
-from dispatcher.collector import Collector
-from schemas.action import ActionResponseModel, CallParams
-from schemas.errors import BrokerError
-from schemas.keys import Keys
-from schemas.settings import Settings
-from schemas.status import EventStatus
 from tests.fleet import WorkerProcess, assert_linked_pairs, call, start_worker
 from tests.reliability_support import PrivateRedis, free_port
+from toolfleet.dispatcher import Branch, Fleet
+from toolfleet.dispatcher.watch.broker_watch import OUTAGE_LIMIT_S, BrokerWatch
+from toolfleet.dispatcher.watch.collector import Collector
+from toolfleet.schemas.action import ActionResponseModel, CallParams
+from toolfleet.schemas.errors import BrokerError
+from toolfleet.schemas.keys import Keys
+from toolfleet.schemas.settings import Settings
+from toolfleet.schemas.status import EventStatus
 
 
 @pytest.fixture()

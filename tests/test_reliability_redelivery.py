@@ -17,16 +17,16 @@ from typing import Any
 
 from kombu import Connection, Exchange, Producer
 
-from dispatcher import Branch, Fleet
-from schemas.action import ActionResponseModel
-from schemas.keys import Keys
-from schemas.messages import ActionRequest, ActionResponse
-from schemas.settings import Settings
-from schemas.status import EventStatus
-from schemas.wire import CallMessage, CallResult
 from tests.fleet import WorkerProcess, call, start_worker
 from tests.reliability_support import PrivateRedis, wait_until
-from workers.app import EXECUTE_TASK, create_app
+from toolfleet.dispatcher import Branch, Fleet
+from toolfleet.schemas.action import ActionResponseModel
+from toolfleet.schemas.keys import Keys
+from toolfleet.schemas.messages import ActionRequest, ActionResponse
+from toolfleet.schemas.settings import Settings
+from toolfleet.schemas.status import EventStatus
+from toolfleet.schemas.wire import CallMessage, CallResult
+from toolfleet.workers.app import EXECUTE_TASK, create_app
 
 TOOLS = ("tests.sample_tools", "tests.reliability_tools")
 ENV = {"TOOLFLEET_VISIBILITY_TIMEOUT_S": "2"}

@@ -19,12 +19,12 @@ from typing import Any
 
 import pytest
 
-from dispatcher import Branch, Fleet
-from schemas.action import ActionResponseModel, CallParams
-from schemas.settings import Settings
-from schemas.status import EventStatus
 from tests.fleet import WorkerProcess, assert_linked_pairs, call, start_worker
 from tests.reliability_support import PrivateRedis, kill_pid
+from toolfleet.dispatcher import Branch, Fleet
+from toolfleet.schemas.action import ActionResponseModel, CallParams
+from toolfleet.schemas.settings import Settings
+from toolfleet.schemas.status import EventStatus
 
 pytestmark = pytest.mark.slow
 

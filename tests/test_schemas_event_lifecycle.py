@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from schemas import (
+from toolfleet.schemas import (
     MAX_ERRORS,
     TERMINAL_STATUSES,
     UNSERIALIZABLE,

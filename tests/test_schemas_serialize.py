@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from schemas import (
+from toolfleet.schemas import (
     UNSERIALIZABLE,
     EventStatus,
     Execution,

@@ -6,8 +6,8 @@ import warnings
 
 import pytest
 
-from schemas import ConfigurationError
-from schemas.settings import Settings
+from toolfleet.schemas import ConfigurationError
+from toolfleet.schemas.settings import Settings
 
 
 def test_defaults_with_empty_environment() -> None:

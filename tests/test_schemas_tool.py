@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from schemas import (
+from toolfleet.schemas import (
     REDACTED,
     ArgumentValidationError,
     EventStatus,

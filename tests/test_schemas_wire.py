@@ -10,7 +10,7 @@ import uuid
 import pytest
 from pydantic import ValidationError
 
-from schemas import (
+from toolfleet.schemas import (
     REDACTED,
     ActionRequest,
     ActionRequestContent,

@@ -21,14 +21,14 @@ import pytest
 import redis
 
 import tests.reliability_tools  # noqa: F401  (the dispatcher validates `search` calls)
-from dispatcher import Branch, Fleet
-from schemas.action import ActionResponseModel, CallParams
-from schemas.keys import Keys
-from schemas.settings import Settings
-from schemas.status import EventStatus
 from tests.fleet import WorkerProcess, call
 from tests.reliability_support import wait_until
 from tests.test_flower_cli import FlowerProcess, http_get, start_flower, stop_flower
+from toolfleet.dispatcher import Branch, Fleet
+from toolfleet.schemas.action import ActionResponseModel, CallParams
+from toolfleet.schemas.keys import Keys
+from toolfleet.schemas.settings import Settings
+from toolfleet.schemas.status import EventStatus
 
 MARKER = f"sk-marker-{uuid.uuid4().hex}"
 TOOLS = ("tests.sample_tools", "tests.reliability_tools")

@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from dispatcher import Branch, Fleet, HookPoint
-from schemas.messages import ActionRequest, ActionRequestContent
-from schemas.settings import Settings
-from schemas.status import EventStatus
 from tests.fleet import WorkerProcess, call, run
-from workers.registry import Registry
+from toolfleet.dispatcher import Branch, Fleet, HookPoint
+from toolfleet.schemas.messages import ActionRequest, ActionRequestContent
+from toolfleet.schemas.settings import Settings
+from toolfleet.schemas.status import EventStatus
+from toolfleet.workers.registry import Registry
 
 MARKER = f"sk-hook-{uuid.uuid4().hex}"
 

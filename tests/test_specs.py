@@ -16,10 +16,10 @@ from openai.types.chat import ChatCompletionToolParam
 from openai.types.responses import FunctionToolParam
 from pydantic import BaseModel, ConfigDict, TypeAdapter
 
-from schemas.errors import ConfigurationError
 from tests.cli_support import toolfleet
-from workers.registry import Registry, tool
-from workers.specs import SECRET_MARK, parameters_schema, tool_description
+from toolfleet.schemas.errors import ConfigurationError
+from toolfleet.workers.registry import Registry, tool
+from toolfleet.workers.specs import SECRET_MARK, parameters_schema, tool_description
 
 
 class SearchRequest(BaseModel):

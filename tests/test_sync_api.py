@@ -17,12 +17,12 @@ from typing import Any
 import pytest
 import redis
 
-from dispatcher import Branch, Fleet
-from schemas.errors import MalformedRequestError
-from schemas.keys import Keys
-from schemas.settings import Settings
-from schemas.status import EventStatus
 from tests.fleet import REPO_ROOT, assert_linked_pairs, call
+from toolfleet.dispatcher import Branch, Fleet
+from toolfleet.schemas.errors import MalformedRequestError
+from toolfleet.schemas.keys import Keys
+from toolfleet.schemas.settings import Settings
+from toolfleet.schemas.status import EventStatus
 
 pytestmark = pytest.mark.usefixtures("sync_worker", "async_worker")
 
@@ -183,8 +183,8 @@ def test_a_loop_closed_by_hand_without_aclose_is_named_and_forgotten(
     reports on stderr when they are collected (the cost the rule avoids)."""
     code = """
 import asyncio, logging, sys
-from dispatcher import Branch, Fleet
-from schemas.settings import Settings
+from toolfleet.dispatcher import Branch, Fleet
+from toolfleet.schemas.settings import Settings
 logging.basicConfig(level=logging.WARNING, stream=sys.stdout, format="%(message)s")
 fleet = Fleet(Settings(broker_url=sys.argv[1], tools=("tests.sample_tools",)))
 loop = asyncio.new_event_loop()

@@ -27,13 +27,13 @@ from opentelemetry.sdk.trace.sampling import (
     SamplingResult,
 )
 
-from dispatcher import Branch, Fleet, Session
-from schemas.action import ActionResponseModel, CallParams
-from schemas.settings import Settings
-from schemas.status import EventStatus
-from schemas.tracing import configure_from_env
 from tests.fleet import REPO_ROOT, WorkerProcess, call, run, start_worker
 from tests.otlp_collector import OtlpCollector, ReceivedSpan
+from toolfleet.dispatcher import Branch, Fleet, Session
+from toolfleet.schemas.action import ActionResponseModel, CallParams
+from toolfleet.schemas.settings import Settings
+from toolfleet.schemas.status import EventStatus
+from toolfleet.schemas.tracing import configure_from_env
 
 SECRET = f"sk-trace-{uuid.uuid4().hex}"
 _exporter: InMemorySpanExporter | None = None
@@ -308,7 +308,7 @@ def test_without_the_extra_tracing_is_a_no_op() -> None:
 
 
 def test_an_unknown_exporter_name_is_a_clear_error() -> None:
-    from schemas.errors import ConfigurationError
+    from toolfleet.schemas.errors import ConfigurationError
 
     with pytest.raises(ConfigurationError, match=r"'jaeger'.*use 'otlp'"):
         configure_from_env("w", {"OTEL_TRACES_EXPORTER": "jaeger"})

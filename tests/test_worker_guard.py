@@ -15,10 +15,10 @@ import redis
 from celery import Celery
 from kombu import Connection, Exchange, Producer
 
-from schemas.keys import Keys
-from schemas.wire import CallResult
 from tests.fleet import WorkerProcess, collect_replies, wait_for
-from workers.app import EXECUTE_TASK, settings_of
+from toolfleet.schemas.keys import Keys
+from toolfleet.schemas.wire import CallResult
+from toolfleet.workers.app import EXECUTE_TASK, settings_of
 
 
 def publish_raw(app: Celery, body: dict[str, Any], *, queue: str, task: str = EXECUTE_TASK) -> None:

@@ -1,5 +1,5 @@
 """Issue 11 item 5: an app's Celery signal handlers are connected once per process and go with
-the app (workers.app_signals); closed apps are collected."""
+the app (toolfleet.workers.app_signals); closed apps are collected."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from typing import Any
 from celery import Celery, signals
 from celery.utils.dispatch import Signal
 
-from schemas.settings import Settings
-from workers.app import create_app
-from workers.app_signals import connect, detach, live_apps
+from toolfleet.schemas.settings import Settings
+from toolfleet.workers.app import create_app
+from toolfleet.workers.app_signals import connect, detach, live_apps
 
 # Every signal a toolfleet app handles.
 _SIGNALS = {
@@ -43,7 +43,7 @@ def test_ten_apps_closed_are_collected_with_one_receiver_per_signal(redis_url: s
         receivers = toolfleet_receivers(signal)
         assert len(receivers) == 1, (
             f"signal {name} has {len(receivers)} toolfleet receivers with ten apps alive: "
-            f"{receivers}; workers.app_signals connects one per signal"
+            f"{receivers}; toolfleet.workers.app_signals connects one per signal"
         )
     for app in apps:
         refs.append(weakref.ref(app))

@@ -10,10 +10,6 @@ import redis
 from celery import Celery
 
 import tests.sample_tools  # noqa: F401  (registers the tools the workers run)
-from dispatcher.enqueue import cancel_running, publish_calls
-from schemas.keys import Keys
-from schemas.settings import Settings
-from schemas.status import EventStatus
 from tests.fleet import (
     WorkerProcess,
     collect_replies,
@@ -22,8 +18,12 @@ from tests.fleet import (
     start_worker,
     wait_for,
 )
-from workers.app import create_app
-from workers.registry import registry
+from toolfleet.dispatcher.send.enqueue import cancel_running, publish_calls
+from toolfleet.schemas.keys import Keys
+from toolfleet.schemas.settings import Settings
+from toolfleet.schemas.status import EventStatus
+from toolfleet.workers.app import create_app
+from toolfleet.workers.registry import registry
 
 
 def test_500_async_sleeps_overlap_on_one_loop_thread(

@@ -12,14 +12,15 @@ import redis
 from celery import Celery
 
 import tests.sample_tools  # noqa: F401  (registers the tools the workers run)
-from schemas.errors import ConfigurationError
-from schemas.keys import Keys
-from schemas.status import EventStatus
-from schemas.tool import Tool
-from schemas.wire import CallMessage, CallResult
 from tests.fleet import WorkerProcess, collect_replies, make_call, wait_for
-from workers.batch import EXECUTE_MANY_TASK, publish_batched
-from workers.registry import registry
+from toolfleet.dispatcher.send.bundles import publish_batched
+from toolfleet.schemas.errors import ConfigurationError
+from toolfleet.schemas.keys import Keys
+from toolfleet.schemas.status import EventStatus
+from toolfleet.schemas.tool import Tool
+from toolfleet.schemas.wire import CallMessage, CallResult
+from toolfleet.workers.bundle import EXECUTE_MANY_TASK
+from toolfleet.workers.registry import registry
 
 
 def _reply_key() -> str:

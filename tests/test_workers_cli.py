@@ -12,10 +12,6 @@ from pathlib import Path
 import redis
 
 import tests.sample_tools  # noqa: F401  (registers the tools the workers run)
-from dispatcher.enqueue import publish_calls
-from schemas.keys import Keys
-from schemas.settings import Settings
-from schemas.status import EventStatus
 from tests.fleet import (
     REPO_ROOT,
     WorkerProcess,
@@ -24,8 +20,12 @@ from tests.fleet import (
     start_worker,
     wait_for,
 )
-from workers.app import create_app
-from workers.registry import registry
+from toolfleet.dispatcher.send.enqueue import publish_calls
+from toolfleet.schemas.keys import Keys
+from toolfleet.schemas.settings import Settings
+from toolfleet.schemas.status import EventStatus
+from toolfleet.workers.app import create_app
+from toolfleet.workers.registry import registry
 
 
 def _toolfleet(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -99,7 +99,7 @@ def test_sigterm_is_a_warm_shutdown_that_finishes_running_calls(
 def test_plain_celery_runs_the_app_with_the_asyncio_pool(
     redis_url: str, redis_client: redis.Redis, tmp_path: Path
 ) -> None:
-    """``celery -A workers.app worker -P custom`` works as a Celery user expects."""
+    """``celery -A toolfleet.workers.app worker -P custom`` works as a Celery user expects."""
     queue = f"toolfleet.async.plain-{uuid.uuid4().hex[:8]}"
     hostname = f"plain-{uuid.uuid4().hex[:8]}@localhost"
     env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLFLEET_")}
@@ -107,11 +107,20 @@ def test_plain_celery_runs_the_app_with_the_asyncio_pool(
         TOOLFLEET_BROKER_URL=redis_url,
         TOOLFLEET_TOOLS="tests.sample_tools",
         TOOLFLEET_ASYNC_QUEUE=queue,
-        CELERY_CUSTOM_WORKER_POOL="workers.aio_pool:AsyncioPool",
+        CELERY_CUSTOM_WORKER_POOL="toolfleet.workers.aio_pool:AsyncioPool",
         PYTHONPATH=str(REPO_ROOT),
     )
     log_path = tmp_path / "celery.log"
-    command = [sys.executable, "-m", "celery", "-A", "workers.app", "worker", "-P", "custom"]
+    command = [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "toolfleet.workers.app",
+        "worker",
+        "-P",
+        "custom",
+    ]
     command += ["-Q", queue, "-c", "20", "-n", hostname]
     with open(log_path, "wb") as log:
         process = subprocess.Popen(

@@ -10,10 +10,10 @@ import redis
 from celery import Celery
 
 import tests.sample_tools  # noqa: F401  (registers the tools the workers run)
-from schemas.keys import Keys
-from schemas.status import EventStatus
-from schemas.wire import CallResult
 from tests.fleet import WorkerProcess, run_calls, wait_for
+from toolfleet.schemas.keys import Keys
+from toolfleet.schemas.status import EventStatus
+from toolfleet.schemas.wire import CallResult
 
 
 def celery_state(app: Celery, task_id: str) -> str:

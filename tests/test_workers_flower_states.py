@@ -12,12 +12,12 @@ from celery import Celery
 from celery.events.state import State
 
 import tests.sample_tools  # noqa: F401  (registers the tools the workers run)
-from dispatcher.enqueue import cancel_running, publish_calls
-from schemas.keys import Keys
-from schemas.status import EventStatus
 from tests.fleet import WorkerProcess, collect_replies, make_call, run_calls, wait_for
-from workers.monitor import live_leases, monitor_key
-from workers.registry import registry
+from toolfleet.dispatcher.send.enqueue import cancel_running, publish_calls
+from toolfleet.schemas.keys import Keys
+from toolfleet.schemas.status import EventStatus
+from toolfleet.workers.monitor import live_leases, monitor_key
+from toolfleet.workers.registry import registry
 
 
 @pytest.fixture()

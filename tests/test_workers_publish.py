@@ -6,12 +6,12 @@ import time
 
 import pytest
 
-from dispatcher.enqueue import publish_calls
-from schemas.errors import BrokerError
-from schemas.settings import Settings
-from schemas.wire import CallMessage
-from workers.app import create_app
-from workers.registry import Registry, tool
+from toolfleet.dispatcher.send.enqueue import publish_calls
+from toolfleet.schemas.errors import BrokerError
+from toolfleet.schemas.settings import Settings
+from toolfleet.schemas.wire import CallMessage
+from toolfleet.workers.app import create_app
+from toolfleet.workers.registry import Registry, tool
 
 
 def test_publish_to_an_unreachable_broker_is_a_broker_error_with_the_password_masked() -> None:

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import pytest
 
-from schemas.settings import Settings
-from workers.app import create_app
+from toolfleet.schemas.settings import Settings
+from toolfleet.workers.app import create_app
 
 
 @pytest.mark.parametrize(

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from schemas.errors import ConfigurationError, DuplicateToolError, UnknownToolError
-from workers.registry import Registry, tool
+from toolfleet.schemas.errors import ConfigurationError, DuplicateToolError, UnknownToolError
+from toolfleet.workers.registry import Registry, tool
 
 
 def test_tool_registers_and_returns_the_function() -> None:

@@ -13,15 +13,15 @@ from celery import Celery
 from kombu import Connection, Exchange, Producer
 
 import tests.sample_tools  # noqa: F401  (registers the tools the workers run)
-from dispatcher.enqueue import publish_calls
-from schemas.keys import Keys
-from schemas.settings import Settings
-from schemas.status import EventStatus
-from schemas.wire import CallResult
 from tests.fleet import WorkerProcess, collect_replies, make_call, start_worker, wait_for
-from workers.app import EXECUTE_TASK, create_app, settings_of
-from workers.registry import registry
-from workers.store import HEARTBEAT_STALE_S, AsyncRecordStore, StartedMarker
+from toolfleet.dispatcher.send.enqueue import publish_calls
+from toolfleet.schemas.keys import Keys
+from toolfleet.schemas.settings import Settings
+from toolfleet.schemas.status import EventStatus
+from toolfleet.schemas.wire import CallResult
+from toolfleet.workers.app import EXECUTE_TASK, create_app, settings_of
+from toolfleet.workers.registry import registry
+from toolfleet.workers.store import HEARTBEAT_STALE_S, AsyncRecordStore, StartedMarker
 
 
 def test_pickle_message_is_refused_and_its_tool_never_runs(

@@ -1,11 +1,11 @@
 """toolfleet's asyncio execution pool: one event-loop thread per worker process.
 
 Celery hands each message to :meth:`AsyncioPool.on_apply`; the pool runs the call's coroutine
-(:func:`workers.task.execute_async`) on its loop instead of Celery's blocking tracer, so
-thousands of async tools can wait at once. The pool stores results (when a backend is set) and
-fires Celery's callbacks itself, so acks_late, task events and Flower states work as with
-prefork. Select it with ``worker_pool = "workers.aio_pool:AsyncioPool"`` or
-``-P custom`` and ``CELERY_CUSTOM_WORKER_POOL=workers.aio_pool:AsyncioPool``.
+(:func:`toolfleet.workers.call_runner.execute_async`) on its loop instead of Celery's blocking
+tracer, so thousands of async tools can wait at once. The pool stores results (when a backend is
+set) and fires Celery's callbacks itself, so acks_late, task events and Flower states work as with
+prefork. Select it with ``worker_pool = "toolfleet.workers.aio_pool:AsyncioPool"`` or ``-P custom``
+and ``CELERY_CUSTOM_WORKER_POOL=toolfleet.workers.aio_pool:AsyncioPool``.
 """
 
 from __future__ import annotations
@@ -23,16 +23,16 @@ from celery.concurrency.base import BasePool
 from kombu.serialization import loads as loads_message
 from kombu.serialization import prepare_accept_content
 
-from schemas import tracing
-from schemas.status import EventStatus
-from schemas.tasks import EXECUTE_MANY_TASK
-from workers.batch import execute_many_async
-from workers.cancel_listener import listen_for_cancels
-from workers.celery_internals import PoolRequest, RevokedIds, pool_app_and_hostname
-from workers.failure import record_if_absent
-from workers.pool_reporter import PoolReporter
-from workers.runtime import WorkerRuntime, runtime_for
-from workers.task import execute_async
+from toolfleet.schemas import tracing
+from toolfleet.schemas.status import EventStatus
+from toolfleet.schemas.tasks import EXECUTE_MANY_TASK
+from toolfleet.workers.bundle import execute_many_async
+from toolfleet.workers.call_runner import execute_async
+from toolfleet.workers.cancel_listener import listen_for_cancels
+from toolfleet.workers.celery_internals import PoolRequest, RevokedIds, pool_app_and_hostname
+from toolfleet.workers.failure import record_if_absent
+from toolfleet.workers.pool_reporter import PoolReporter
+from toolfleet.workers.runtime import WorkerRuntime, runtime_for
 
 __all__ = ["AsyncioPool", "CallHandle"]
 

@@ -22,7 +22,7 @@ from types import FrameType
 
 from celery.exceptions import SoftTimeLimitExceeded
 
-from schemas.tool import Tool, is_coro_func
+from toolfleet.schemas.tool import Tool, is_coro_func
 
 __all__ = ["per_call_alarm", "sync_tool_deadline"]
 

@@ -1,9 +1,9 @@
 """The one explicit Celery app, built from :class:`Settings`.
 
-``celery -A workers.app worker -Q toolfleet.sync`` works as a Celery user expects: the module
-builds ``app`` from the ``TOOLFLEET_*`` environment; with ``TOOLFLEET_BROKER_URL`` unset it
-falls back to ``redis://127.0.0.1:6379/0`` (a local Redis), because a Celery worker cannot start
-the embedded default by itself. ``toolfleet worker`` is the friendlier front end.
+``celery -A toolfleet.workers.app worker -Q toolfleet.sync`` works as a Celery user expects: the
+module builds ``app`` from the ``TOOLFLEET_*`` environment; with ``TOOLFLEET_BROKER_URL`` unset it
+falls back to ``redis://127.0.0.1:6379/0`` (a local Redis), because a Celery worker cannot start the
+embedded default by itself. ``toolfleet worker`` is the friendlier front end.
 """
 
 from __future__ import annotations
@@ -15,20 +15,20 @@ from typing import Any
 from celery import Celery, signals
 from kombu import Exchange, Queue
 
-from schemas.errors import ConfigurationError
-from schemas.settings import Settings
-from schemas.tasks import EXECUTE_TASK
-from workers.app_info import DEFAULT_BROKER_URL, redis_url_of, registry_of, settings_of
-from workers.app_signals import connect as connect_signal
-from workers.app_signals import detach
-from workers.batch import register_execute_many_task
-from workers.celery_internals import shadow_named_amqp, survive_broker_restart
-from workers.execute_task import register_execute_task
-from workers.guard import keep_only_toolfleet_tasks
-from workers.monitor import install_lease, is_watched
-from workers.presence import register_presence
-from workers.registry import Registry, registry
-from workers.tool_catalog import register_tool_catalog
+from toolfleet.schemas.errors import ConfigurationError
+from toolfleet.schemas.settings import Settings
+from toolfleet.schemas.tasks import EXECUTE_TASK
+from toolfleet.workers.app_info import DEFAULT_BROKER_URL, redis_url_of, registry_of, settings_of
+from toolfleet.workers.app_signals import connect as connect_signal
+from toolfleet.workers.app_signals import detach
+from toolfleet.workers.bundle import register_execute_many_task
+from toolfleet.workers.celery_internals import shadow_named_amqp, survive_broker_restart
+from toolfleet.workers.guard import keep_only_toolfleet_tasks
+from toolfleet.workers.monitor import install_lease, is_watched
+from toolfleet.workers.prefork_task import register_execute_task
+from toolfleet.workers.presence import register_presence
+from toolfleet.workers.registry import Registry, registry
+from toolfleet.workers.tool_catalog import register_tool_catalog
 
 __all__ = [
     "DEFAULT_BROKER_URL",
@@ -70,7 +70,8 @@ def create_app(settings: Settings, *, registry: Registry = registry) -> Celery:
         event_serializer="json",
         accept_content=["json"],
         result_accept_content=["json"],
-        # "monitor": off until a monitor's enable_events lease turns them on (workers.monitor).
+        # "monitor": off until a monitor's enable_events lease turns them on
+        # (toolfleet.workers.monitor).
         worker_send_task_events=settings.task_events == "always",
         task_send_sent_event=True,  # gated per message by _AMQP
         task_track_started=True,
@@ -120,14 +121,11 @@ def _queue(name: str) -> Queue:
 
 def _load_tools_at_worker_start(app: Celery) -> None:
     def load(sender: Any = None, **_: Any) -> None:
-        # `celery -A workers.app worker` next to mytools.py: Celery imports the app from
+        # `celery -A toolfleet.workers.app worker` next to mytools.py: Celery imports the app from
         # the working directory but does not leave it on sys.path, so the tool modules
         # would not import (the README's plain-Celery recipe, issue 13 item 8).
-        cwd = os.getcwd()
-        if cwd not in sys.path:
-            sys.path.append(cwd)
         try:
-            registry_of(app).load_modules(settings_of(app).tools)
+            registry_of(app).load_modules(settings_of(app).tools, search_dir=os.getcwd())
         except ConfigurationError as exc:
             # Celery logs and swallows a signal handler's Exception, which would leave a
             # worker that fails every call UnknownToolError: stop it with one line.
@@ -145,10 +143,10 @@ _default_app: Celery | None = None
 def __getattr__(name: str) -> Any:
     # ``app`` is built on first access, not at import: importing this module (as the
     # dispatcher does) must not read the environment or create an app.
-    # ``celery -A workers.app`` reads ``workers.app.app`` and so gets it.
+    # ``celery -A toolfleet.workers.app`` reads ``toolfleet.workers.app.app`` and so gets it.
     global _default_app
     if name == "app":
         if _default_app is None:
             _default_app = create_app(Settings.from_env())
         return _default_app
-    raise AttributeError(f"module 'workers.app' has no attribute {name!r}")
+    raise AttributeError(f"module 'toolfleet.workers.app' has no attribute {name!r}")

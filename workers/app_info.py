@@ -2,15 +2,15 @@
 the Redis URL of its broker (where call records are kept).
 
 A leaf module: the task, pool, monitor and presence modules read an app through it, so none
-of them imports :mod:`workers.app`, which imports them all.
+of them imports :mod:`toolfleet.workers.app`, which imports them all.
 """
 
 from __future__ import annotations
 
 from celery import Celery
 
-from schemas.settings import Settings
-from workers.registry import Registry
+from toolfleet.schemas.settings import Settings
+from toolfleet.workers.registry import Registry
 
 __all__ = ["DEFAULT_BROKER_URL", "redis_url_of", "registry_of", "settings_of"]
 

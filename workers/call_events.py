@@ -2,12 +2,12 @@
 
 Celery sends task events for the message it runs: for ``toolfleet.execute_many`` that is one
 ``batch:<function>:<n>`` task. Each call inside gets its own events here, with the call's task
-id (:func:`schemas.tasks.task_id_for`, the call_id) as ``uuid`` and ``tool:<function>`` as name
-— what a single ``toolfleet.execute`` message shows: task-received and task-started as the
-call begins, then task-succeeded, task-failed or task-revoked with its outcome. Arguments are
-shown redacted (the tool's ``secret_args`` as ``***``; every value when the tool is unknown).
+id (:func:`toolfleet.schemas.tasks.task_id_for`, the call_id) as ``uuid`` and ``tool:<function>`` as
+name — what a single ``toolfleet.execute`` message shows: task-received and task-started as the call
+begins, then task-succeeded, task-failed or task-revoked with its outcome. Arguments are shown
+redacted (the tool's ``secret_args`` as ``***``; every value when the tool is unknown).
 
-Sent only while a monitor watches (:func:`workers.monitor.is_watched`, or
+Sent only while a monitor watches (:func:`toolfleet.workers.monitor.is_watched`, or
 ``TOOLFLEET_TASK_EVENTS=always``): unwatched, a batch pays nothing for them.
 """
 
@@ -22,12 +22,12 @@ from typing import Any
 from celery import Celery
 from kombu.utils.encoding import safe_repr
 
-from schemas.function_calling import REDACTED, redact
-from schemas.status import EventStatus
-from schemas.tasks import task_id_for
-from schemas.wire import CallMessage, CallResult
-from workers.monitor import is_watched
-from workers.registry import Registry
+from toolfleet.schemas.function_calling import REDACTED, redact
+from toolfleet.schemas.status import EventStatus
+from toolfleet.schemas.tasks import task_id_for
+from toolfleet.schemas.wire import CallMessage, CallResult
+from toolfleet.workers.monitor import is_watched
+from toolfleet.workers.registry import Registry
 
 __all__ = ["CallEvents", "call_events"]
 

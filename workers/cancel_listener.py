@@ -9,8 +9,8 @@ from collections.abc import Callable
 
 import redis.asyncio as aioredis
 
-from schemas.keys import Keys
-from workers.runtime import WorkerRuntime
+from toolfleet.schemas.keys import Keys
+from toolfleet.workers.runtime import WorkerRuntime
 
 __all__ = ["listen_for_cancels"]
 

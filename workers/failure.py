@@ -1,10 +1,11 @@
-"""Calls that end outside :func:`workers.task.execute_async`, and FAILED records for Celery.
+"""Calls that end outside :func:`toolfleet.workers.call_runner.execute_async`, and FAILED records
+for Celery.
 
 :func:`record_if_absent` stores the record of a call a signal handler or the pool saw end
 (revoked, killed at the hard time limit, a broker failure) unless it has one, built by the one
 constructor for a call that never ran, was stopped or was lost
-(:func:`schemas.record.not_run_result`); :func:`rebuild_error` turns a stored FAILED record back
-into an exception for Celery.
+(:func:`toolfleet.schemas.record.not_run_result`); :func:`rebuild_error` turns a stored FAILED
+record back into an exception for Celery.
 """
 
 from __future__ import annotations
@@ -16,13 +17,13 @@ import redis
 from kombu.utils.url import maybe_sanitize_url
 from pydantic import ValidationError
 
-import schemas.errors as toolfleet_errors
-from schemas.errors import BrokerError
-from schemas.record import not_run_result
-from schemas.status import EventStatus
-from schemas.wire import CallMessage, CallResult
-from workers.guard import reply_to_problem
-from workers.runtime import WorkerRuntime
+import toolfleet.schemas.errors as toolfleet_errors
+from toolfleet.schemas.errors import BrokerError
+from toolfleet.schemas.record import not_run_result
+from toolfleet.schemas.status import EventStatus
+from toolfleet.schemas.wire import CallMessage, CallResult
+from toolfleet.workers.guard import reply_to_problem
+from toolfleet.workers.runtime import WorkerRuntime
 
 __all__ = ["rebuild_error", "record_if_absent"]
 

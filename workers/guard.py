@@ -2,10 +2,10 @@
 
 Anyone who can write to the broker can hand-make a ``toolfleet.execute`` message, so a worker
 re-checks what the message claims (issue 13): the JSON contract and size limit
-(:mod:`schemas.contract`), that the tool's kind matches this pool (a sync tool on the asyncio
-pool would block every async call behind it), and that ``reply_to`` is a reply list of this
-fleet (never a branch's history, a record or another prefix's key). Only toolfleet's own
-tasks are registered on its workers, so Celery's built-ins cannot be run by name.
+(:mod:`toolfleet.schemas.contract`), that the tool's kind matches this pool (a sync tool on the
+asyncio pool would block every async call behind it), and that ``reply_to`` is a reply list of this
+fleet (never a branch's history, a record or another prefix's key). Only toolfleet's own tasks are
+registered on its workers, so Celery's built-ins cannot be run by name.
 """
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ from typing import Any
 
 from celery import Celery
 
-from schemas.contract import check_arguments, safe_repr
-from schemas.errors import RefusedCallError
-from schemas.keys import Keys
-from schemas.tasks import TOOLFLEET_TASK_PREFIX
-from schemas.tool import Tool, ToolKind
-from schemas.wire import CallMessage
+from toolfleet.schemas.contract import check_arguments, safe_repr
+from toolfleet.schemas.errors import RefusedCallError
+from toolfleet.schemas.keys import Keys
+from toolfleet.schemas.tasks import TOOLFLEET_TASK_PREFIX
+from toolfleet.schemas.tool import Tool, ToolKind
+from toolfleet.schemas.wire import CallMessage
 
 __all__ = ["TOOLFLEET_TASK_PREFIX", "check_call", "keep_only_toolfleet_tasks", "reply_to_problem"]
 
@@ -38,7 +38,8 @@ def reply_to_problem(reply_to: str | None, keys: Keys) -> str | None:
     return (
         f"reply_to {safe_repr(reply_to)} is not a reply list of this fleet "
         f"({prefix}<collector id>); the call's record is kept under its event key and nothing "
-        "was pushed there. Publish calls through toolfleet (the dispatcher or dispatcher.enqueue)"
+        "was pushed there. Publish calls through toolfleet (the dispatcher or "
+        "toolfleet.dispatcher.send.enqueue)"
     )
 
 

@@ -24,8 +24,8 @@ from typing import Any
 import redis
 from celery import Celery
 
-from workers.app_info import redis_url_of, settings_of
-from workers.celery_internals import every, install_enable_events, task_events_off
+from toolfleet.workers.app_info import redis_url_of, settings_of
+from toolfleet.workers.celery_internals import every, install_enable_events, task_events_off
 
 __all__ = [
     "CHECK_EVERY_S",

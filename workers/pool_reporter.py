@@ -17,8 +17,9 @@ from typing import Any
 from billiard.einfo import ExceptionInfo
 from celery import Celery
 
-from schemas.status import EventStatus
-from workers.celery_internals import (
+from toolfleet.schemas.status import EventStatus
+from toolfleet.workers.call_runner import Outcome
+from toolfleet.workers.celery_internals import (
     cancelled_info,
     exception_info,
     report_failure,
@@ -26,7 +27,6 @@ from workers.celery_internals import (
     store_failure,
     store_success,
 )
-from workers.task import Outcome
 
 __all__ = ["PoolReporter"]
 

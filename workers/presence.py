@@ -18,11 +18,11 @@ from typing import Any
 import redis
 from celery import Celery, signals
 
-from schemas.keys import Keys
-from schemas.liveness import PRESENCE_STALE_S, live_since
-from workers.app_info import redis_url_of, settings_of
-from workers.app_signals import connect as connect_signal
-from workers.celery_internals import consumed_queues
+from toolfleet.schemas.keys import Keys
+from toolfleet.schemas.liveness import PRESENCE_STALE_S, live_since
+from toolfleet.workers.app_info import redis_url_of, settings_of
+from toolfleet.workers.app_signals import connect as connect_signal
+from toolfleet.workers.celery_internals import consumed_queues
 
 __all__ = ["PRESENCE_INTERVAL_S", "PRESENCE_STALE_S", "Presence", "live_since", "register_presence"]
 

@@ -1,15 +1,15 @@
 """The Lua scripts that keep a call's started marker and terminal record consistent (C7).
 
-Each exists once: the single-call store (:class:`workers.store.AsyncRecordStore`) runs them one
-call at a time, the batch store (:class:`workers.batch_store.BatchStore`) runs the same scripts
-for a whole batch in one pipeline. (A call's start is two plain commands, not a script:
-:func:`workers.store.queue_begin`.)
+Each exists once: the single-call store (:class:`toolfleet.workers.store.AsyncRecordStore`) runs
+them one call at a time, the batch store (:class:`toolfleet.workers.bundle_store.BatchStore`) runs
+the same scripts for a whole batch in one pipeline. (A call's start is two plain commands, not a
+script: :func:`toolfleet.workers.store.queue_begin`.)
 """
 
 from __future__ import annotations
 
-from schemas.keys import Keys
-from schemas.wire import CallResult
+from toolfleet.schemas.keys import Keys
+from toolfleet.schemas.wire import CallResult
 
 __all__ = ["FINISH_SCRIPT", "RELEASE_SCRIPT", "TAKE_OVER_SCRIPT", "finish_call"]
 

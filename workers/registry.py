@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import importlib
+import sys
 import threading
+import traceback
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar, overload
 
 from pydantic import BaseModel
 
-from schemas.errors import ConfigurationError, DuplicateToolError, UnknownToolError
-from schemas.tool import Tool, is_lionagi_tool
+from toolfleet.schemas.errors import ConfigurationError, DuplicateToolError, UnknownToolError
+from toolfleet.schemas.tool import Tool, is_lionagi_tool
 
 __all__ = ["Registry", "registry", "tool"]
 
@@ -64,7 +66,7 @@ class Registry:
         ``format``: ``openai`` (Chat Completions ``tools``), ``openai-responses``,
         ``anthropic`` (``tools`` of the Messages API) or ``mcp`` (``tools/list`` entries).
         """
-        from workers.specs import tool_specs  # pydantic schema code, only when asked
+        from toolfleet.workers.specs import tool_specs  # pydantic schema code, only when asked
 
         chosen = (
             [self.get(n) for n in names]
@@ -96,8 +98,15 @@ class Registry:
     def loaded_modules(self) -> tuple[str, ...]:
         return tuple(self._modules)
 
-    def load_modules(self, modules: Iterable[str]) -> None:
-        """Import each tool module, so its ``@tool`` functions register themselves."""
+    def load_modules(self, modules: Iterable[str], *, search_dir: str | None = None) -> None:
+        """Import each tool module, so its ``@tool`` functions register themselves.
+
+        ``search_dir`` (the working directory of ``toolfleet worker`` or ``run``) is searched
+        after everything already on ``sys.path``, so a user's own ``schemas.py`` or
+        ``dispatcher.py`` there cannot shadow an installed package.
+        """
+        if search_dir is not None and search_dir not in sys.path:
+            sys.path.append(search_dir)
         for name in modules:
             name = name.strip()
             if not name:
@@ -110,9 +119,24 @@ class Registry:
                     f"imported: {exc}; check the module path and that it is importable "
                     f"from the worker's working directory or PYTHONPATH"
                 ) from exc
+            except Exception as exc:
+                raise ConfigurationError(
+                    f"tool module {name!r} raised {type(exc).__name__} at import "
+                    f"({_where(exc)}): {exc}; fix the module, then start again"
+                ) from exc
             with self._lock:
                 if name not in self._modules:
                     self._modules.append(name)
+
+
+def _where(exc: BaseException) -> str:
+    """``file:line`` where ``exc`` was raised (for a SyntaxError, the offending line)."""
+    if isinstance(exc, SyntaxError) and exc.filename:
+        return f"{exc.filename}:{exc.lineno}"
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return "unknown location"
+    return f"{frames[-1].filename}:{frames[-1].lineno}"
 
 
 registry = Registry()

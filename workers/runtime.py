@@ -2,9 +2,9 @@
 and its :class:`CallStore`.
 
 :class:`WorkerRuntime` is the real thing: the registry, the Redis stores, the heartbeat thread,
-the prefork child's event loop. :func:`workers.task.execute_async` asks only for a
+the prefork child's event loop. :func:`toolfleet.workers.call_runner.execute_async` asks only for a
 :class:`CallRuntime`, which the batch path provides with its own store
-(:class:`workers.batch_store.BatchRuntime`).
+(:class:`toolfleet.workers.bundle_store.BatchRuntime`).
 """
 
 from __future__ import annotations
@@ -15,20 +15,20 @@ from typing import Protocol
 
 from celery import Celery
 
-from schemas.keys import Keys
-from schemas.settings import Settings
-from schemas.wire import CallResult
-from workers.app_info import redis_url_of, registry_of, settings_of
-from workers.registry import Registry
-from workers.store import AsyncRecordStore, Heartbeat, StartedMarker, SyncRecordStore
+from toolfleet.schemas.keys import Keys
+from toolfleet.schemas.settings import Settings
+from toolfleet.schemas.wire import CallResult
+from toolfleet.workers.app_info import redis_url_of, registry_of, settings_of
+from toolfleet.workers.registry import Registry
+from toolfleet.workers.store import AsyncRecordStore, Heartbeat, StartedMarker, SyncRecordStore
 
 __all__ = ["CallRuntime", "CallStore", "WorkerRuntime", "runtime_for"]
 
 
 class CallStore(Protocol):
     """The Redis operations one call makes from start to record (C7). The single-call
-    :class:`workers.store.AsyncRecordStore` does them one call at a time, the batch's
-    :class:`workers.batch_store.BatchStore` for a whole batch at once."""
+    :class:`toolfleet.workers.store.AsyncRecordStore` does them one call at a time, the batch's
+    :class:`toolfleet.workers.bundle_store.BatchStore` for a whole batch at once."""
 
     async def terminal(self, call_id: str) -> CallResult | None:
         """The terminal record of ``call_id``, if any."""

@@ -17,8 +17,8 @@ from typing import Any, Literal, get_args
 from pydantic import BaseModel, ConfigDict, TypeAdapter, create_model
 from pydantic.errors import PydanticSchemaGenerationError, PydanticUserError
 
-from schemas.errors import ConfigurationError
-from schemas.tool import Tool
+from toolfleet.schemas.errors import ConfigurationError
+from toolfleet.schemas.tool import Tool
 
 __all__ = [
     "SECRET_MARK",

@@ -19,10 +19,15 @@ import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from schemas.keys import Keys
-from schemas.liveness import HEARTBEAT_STALE_S, StartedMarker
-from schemas.wire import CallResult
-from workers.record_scripts import FINISH_SCRIPT, RELEASE_SCRIPT, TAKE_OVER_SCRIPT, finish_call
+from toolfleet.schemas.keys import Keys
+from toolfleet.schemas.liveness import HEARTBEAT_STALE_S, StartedMarker
+from toolfleet.schemas.wire import CallResult
+from toolfleet.workers.record_scripts import (
+    FINISH_SCRIPT,
+    RELEASE_SCRIPT,
+    TAKE_OVER_SCRIPT,
+    finish_call,
+)
 
 __all__ = [
     "ASYNC_CONNECTION_WAIT_S",
@@ -38,7 +43,7 @@ __all__ = [
     "read_begin",
 ]
 
-# A running call refreshes its started marker this often (schemas.liveness says when a
+# A running call refreshes its started marker this often (toolfleet.schemas.liveness says when a
 # marker is stale).
 HEARTBEAT_INTERVAL_S = 2.0
 # Redis connections one asyncio worker process opens at most, and how long a coroutine

@@ -17,9 +17,9 @@ from typing import Any
 import redis
 from celery import Celery, signals
 
-from schemas.keys import Keys
-from workers.app_info import redis_url_of, registry_of, settings_of
-from workers.app_signals import connect as connect_signal
+from toolfleet.schemas.keys import Keys
+from toolfleet.workers.app_info import redis_url_of, registry_of, settings_of
+from toolfleet.workers.app_signals import connect as connect_signal
 
 __all__ = ["announce_tools", "register_tool_catalog"]
 

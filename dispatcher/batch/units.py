@@ -1,0 +1,169 @@
+"""What one call leaves behind, as a history ``Unit``: its event records, its linked
+ActionRequest/ActionResponse pair, the result act() returns and its TOOL_POST/TOOL_ERROR payload.
+
+Three outcomes, three builders: a call that reached a worker (:func:`finished_unit`), one a
+gate denied (:func:`denied_unit`, D2), one stopped before it was enqueued (:func:`aborted_unit`,
+C3). Each builds the same facts three ways (history pair, returned model, hook payload), so
+they never disagree.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from toolfleet.dispatcher.accept.context import CallContext
+from toolfleet.dispatcher.govern.hooks import HookPoint
+from toolfleet.dispatcher.history.history import Unit, link_pair
+from toolfleet.schemas.action import ActionResponseModel
+from toolfleet.schemas.messages import ActionRequest, ActionResponse
+from toolfleet.schemas.record import EventRecord
+from toolfleet.schemas.serialize import format_error
+from toolfleet.schemas.status import EventStatus
+from toolfleet.schemas.wire import CallResult
+
+__all__ = [
+    "DENIED_OUTPUT_ERROR",
+    "HOOK_SUMMARY_CHARS",
+    "aborted_unit",
+    "denied_unit",
+    "finished_unit",
+    "history_record",
+]
+
+DENIED_OUTPUT_ERROR = "denied by governance gate"
+# The ADR's observability budget for hook summaries.
+HOOK_SUMMARY_CHARS = 200
+
+
+def history_record(ctx: CallContext, result: CallResult) -> EventRecord:
+    """The worker's record of one attempt as the branch history keeps it."""
+    return EventRecord.from_dict(result.event).in_history(
+        call_id=ctx.call_id,
+        tool_call_id=ctx.tool_call_id,
+        branch_id=ctx.branch_id,
+        attempt=result.attempt,
+        worker=result.worker,
+    )
+
+
+def finished_unit(ctx: CallContext, result: CallResult, events: list[EventRecord]) -> Unit:
+    """A call with a terminal record (from a worker, or settled by the dispatcher)."""
+    execution = result.to_execution()
+    status = execution.status
+    output = execution.response
+    error = None if status is EventStatus.COMPLETED else _error_text(execution.error, status)
+    request, response, model = _answer(ctx, ctx.public_arguments, output, status, error)
+    return Unit(
+        call_id=ctx.call_id,
+        events=events,
+        request=request,
+        response=response,
+        result=model,
+        hook_point=HookPoint.TOOL_POST,
+        hook_payload={
+            "call_id": ctx.call_id,
+            "tool_name": ctx.function,
+            "response": str(output)[:HOOK_SUMMARY_CHARS],
+            "duration": execution.duration,
+            "status": status,
+            "error": error,
+            "branch_id": ctx.branch_id,
+        },
+    )
+
+
+def denied_unit(ctx: CallContext) -> Unit:
+    """A call the session's gate denied: a value whatever suppress_errors says; no event, no
+    hook (D2)."""
+    output = {"error": DENIED_OUTPUT_ERROR, "function": ctx.function}
+    request, response, model = _answer(
+        ctx, ctx.public_arguments, output, EventStatus.SKIPPED, DENIED_OUTPUT_ERROR
+    )
+    return Unit(ctx.call_id, [], request, response, model)
+
+
+def aborted_unit(
+    ctx: CallContext,
+    exc: BaseException,
+    *,
+    raise_after: bool,
+    hook: bool = True,
+    events: list[EventRecord] | None = None,
+) -> Unit:
+    """A call stopped before (or while) enqueuing: ABORTED event, error pair (C3).
+
+    ``events`` are the records of earlier attempts; ``raise_after`` makes act() raise ``exc``
+    once the unit is written (suppress_errors=False); ``hook`` emits TOOL_ERROR.
+    """
+    error = format_error(exc)
+    arguments = ctx.public_arguments
+    output = {"error": error, "function": ctx.function, "arguments": arguments}
+    record = EventRecord.not_run(
+        ctx.function,
+        arguments,
+        exc,
+        status=EventStatus.ABORTED,
+        secret_args=ctx.secret_args,
+        duration_s=None,  # never enqueued: no duration at all
+    ).in_history(
+        call_id=ctx.call_id,
+        tool_call_id=ctx.tool_call_id,
+        branch_id=ctx.branch_id,
+        attempt=len(events or ()),
+        worker=None,
+    )
+    request, response, model = _answer(ctx, arguments, output, EventStatus.ABORTED, error)
+    return Unit(
+        call_id=ctx.call_id,
+        events=[*(events or ()), record],
+        request=request,
+        response=response,
+        result=model,
+        raise_after=exc if raise_after else None,
+        hook_point=HookPoint.TOOL_ERROR if hook else None,
+        hook_payload={
+            "call_id": ctx.call_id,
+            "tool_name": ctx.function,
+            "error": exc,
+            "duration": None,
+            "branch_id": ctx.branch_id,
+        },
+    )
+
+
+def _error_text(error: str | BaseException | None, status: EventStatus) -> str:
+    if error is None:
+        return f"{status.value} without a recorded error"
+    if isinstance(error, BaseException):
+        return format_error(error)
+    return error
+
+
+def _answer(
+    ctx: CallContext,
+    arguments: dict[str, Any],
+    output: Any,
+    status: EventStatus,
+    error: str | None,
+) -> tuple[ActionRequest, ActionResponse, ActionResponseModel]:
+    """The linked message pair and the returned model of one call: the same facts, three views."""
+    request, response = link_pair(
+        function=ctx.function,
+        arguments=arguments,
+        output=output,
+        error=error,
+        branch_id=ctx.branch_id,
+        call_id=ctx.call_id,
+        tool_call_id=ctx.tool_call_id,
+        request=ctx.request,
+    )
+    model = ActionResponseModel(
+        function=ctx.function,
+        arguments=arguments,
+        output=output,
+        status=status,
+        error=error,
+        call_id=ctx.call_id,
+        tool_call_id=ctx.tool_call_id,
+    )
+    return request, response, model

@@ -1,0 +1,72 @@
+"""A conversation's governance scope: gates, event observers, signals and its branches."""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from toolfleet.dispatcher.branch import Branch
+from toolfleet.dispatcher.fleet import Fleet
+from toolfleet.dispatcher.govern.session_signals import Signal
+from toolfleet.dispatcher.history.recorder import EventObserver
+from toolfleet.schemas.action import ToolInvocation
+
+__all__ = ["EventObserver", "Gate", "Session"]
+
+log = logging.getLogger(__name__)
+
+Gate = Callable[[ToolInvocation], "Awaitable[Any] | Any"]
+
+
+class Session:
+    """Holds the gates every branch of this session authorizes through.
+
+    With no gate installed every call is allowed. A gate returning a falsy value, or
+    raising, denies the call; the denial is recorded in :attr:`signals` as GateDenied.
+    """
+
+    def __init__(self, fleet: Fleet | None = None) -> None:
+        self.fleet = fleet
+        self.signals: list[Signal] = []
+        self.branches: dict[str, Branch] = {}
+        self._gates: list[Gate] = []
+        self._observers: list[EventObserver] = []
+
+    def gate(self, check: Gate) -> Gate:
+        """Install ``check(ToolInvocation) -> bool`` (sync or async); every gate must allow."""
+        self._gates.append(check)
+        return check
+
+    def subscribe(self, observer: EventObserver) -> EventObserver:
+        """Call ``observer(event_record)`` after each call's event is written; failures are
+        isolated and recorded as CallbackFailed signals."""
+        self._observers.append(observer)
+        return observer
+
+    @property
+    def observers(self) -> tuple[EventObserver, ...]:
+        return tuple(self._observers)
+
+    async def authorize(self, invocation: ToolInvocation) -> str | None:
+        """None when every gate allows, else the reason the call is denied."""
+        for check in self._gates:
+            name = getattr(check, "__qualname__", None) or repr(check)
+            try:
+                verdict = check(invocation)
+                if inspect.isawaitable(verdict):
+                    verdict = await verdict
+            except Exception as exc:
+                log.warning("gate %s raised on %s: %r", name, invocation.function, exc)
+                return f"gate {name} raised {type(exc).__name__}: {exc}"
+            if not verdict:
+                return f"gate {name} returned {verdict!r}"
+        return None
+
+    def new_branch(self, *, id: str | None = None, fleet: Fleet | None = None) -> Branch:
+        """A branch bound to this session (and to ``fleet``, else the session's fleet)."""
+        return Branch(self, fleet=fleet, id=id)
+
+    def record(self, signal: Signal) -> None:
+        self.signals.append(signal)

@@ -1,0 +1,196 @@
+"""History writes that survive a broker outage (issue 12 item 4), exactly once.
+
+A chunk is the serialized units of one in-order run of a batch, plus the batch's written
+count before and after it (:func:`toolfleet.dispatcher.history.journal.progress_key`). A script
+appends the chunk's event records and messages and advances the count, atomically, and only when the
+count shows the chunk is not in yet: a write whose reply was lost (Redis applied it, the socket
+timed out) is retried without appending twice, and ``toolfleet recover`` racing a live dispatcher
+cannot double a unit either.
+
+A chunk that fails on a broker error stays in the backlog; later chunks queue behind it (input
+order) and every write, and :meth:`DurableLog.drain` at the end of the batch, retries the
+backlog first, until it is in or the outage limit passes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from toolfleet.schemas.keys import Keys
+
+__all__ = ["APPEND_SCRIPT", "Chunk", "DurableLog", "Progress", "append_chunk"]
+
+log = logging.getLogger(__name__)
+
+# KEYS: events list, history list, written-count key ("" for none), open-batches hash ("" for
+# none: the chunk does not complete its batch).
+# ARGV: count before, count after, ttl seconds, number of events, batch id, events...,
+# messages...
+# Returns 1 when appended, 0 when the count shows the chunk is in already.
+APPEND_SCRIPT = """
+local n_events = tonumber(ARGV[4])
+if KEYS[4] ~= '' then
+  -- The chunk that completes its batch closes the journal in the same script (issue 16: one
+  -- round trip less per act()): every earlier chunk is in (they are written in order), this
+  -- one is in once the script ends, and a chunk found in already closes it too (idempotent).
+  redis.call('HDEL', KEYS[4], ARGV[5])
+end
+if KEYS[3] ~= '' then
+  -- Advance the count and read the old one in one command (issue 16); a chunk already in
+  -- puts the count back and appends nothing.
+  local current = redis.call('SET', KEYS[3], ARGV[2], 'EX', ARGV[3], 'GET')
+  if current and tonumber(current) >= tonumber(ARGV[2]) then
+    redis.call('SET', KEYS[3], current, 'EX', ARGV[3])
+    return 0
+  end
+end
+local function push(key, first, last)
+  local i = first
+  while i <= last do
+    local j = math.min(i + 499, last)
+    redis.call('RPUSH', key, unpack(ARGV, i, j))
+    i = j + 1
+  end
+  if last >= first then redis.call('EXPIRE', key, ARGV[3]) end
+end
+push(KEYS[1], 6, 5 + n_events)
+push(KEYS[2], 6 + n_events, #ARGV)
+return 1
+"""
+
+_RETRY_FIRST_S = 0.2
+_RETRY_MAX_S = 2.0
+
+
+class Progress(NamedTuple):
+    """A batch's written count around one chunk
+    (:func:`toolfleet.dispatcher.history.journal.progress_key`)."""
+
+    key: str
+    before: int
+    after: int
+    # (open-batches hash, batch id) when the chunk completes its batch: the write closes the
+    # batch's journal too (toolfleet.dispatcher.history.journal), so closing costs no round trip of
+    # its own.
+    closes: tuple[str, str] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """Serialized units of one run; ``progress``: the batch's count around it, or None."""
+
+    events: list[str]
+    messages: list[str]
+    units: int
+    first_call_id: str | None
+    progress: Progress | tuple[str, int, int] | None = None
+
+
+async def append_chunk(
+    client: aioredis.Redis, keys: Keys, branch_id: str, chunk: Chunk, ttl_s: int
+) -> bool:
+    """Append one chunk unless it is in already; True when this call appended it."""
+    progress = Progress(*chunk.progress) if chunk.progress is not None else Progress("", 0, 0)
+    open_key, batch_id = progress.closes or ("", "")
+    appended = await _append_script(client)(
+        keys=[keys.events(branch_id), keys.history(branch_id), progress.key, open_key],
+        args=[
+            progress.before,
+            progress.after,
+            ttl_s,
+            len(chunk.events),
+            batch_id,
+            *chunk.events,
+            *chunk.messages,
+        ],
+    )
+    return bool(appended)
+
+
+def _append_script(client: aioredis.Redis) -> Any:
+    """The append script registered on ``client``: one EVALSHA per write (issue 16), the
+    script text sent again only when the server does not know it (after a restart)."""
+    script = getattr(client, "_toolfleet_durable_append", None)
+    if script is None:
+        script = client.register_script(APPEND_SCRIPT)
+        client._toolfleet_durable_append = script  # type: ignore[attr-defined]
+    return script
+
+
+class DurableLog:
+    """One branch's pending history chunks, written in order, retried through outages."""
+
+    def __init__(self, branch_id: str) -> None:
+        self.branch_id = branch_id
+        self._backlog: list[Chunk] = []
+        self._lock = asyncio.Lock()
+        self._lock_loop: asyncio.AbstractEventLoop | None = None
+        self.last_error: str | None = None
+
+    @property
+    def unwritten(self) -> int:
+        """Units not yet in Redis."""
+        return sum(chunk.units for chunk in self._backlog)
+
+    async def write(
+        self, client: aioredis.Redis, keys: Keys, chunk: Chunk, ttl_s: int
+    ) -> str | None:
+        """Queue ``chunk`` behind any backlog and try to write it all; the error text if
+        some is still unwritten (it stays queued), else None."""
+        self._backlog.append(chunk)
+        return await self.flush(client, keys, ttl_s)
+
+    def _loop_lock(self) -> asyncio.Lock:
+        # An asyncio.Lock that once waited belongs to that loop; a branch acted on from a
+        # later loop (act_sync, issue 14 item 7) gets a fresh one.
+        loop = asyncio.get_running_loop()
+        if self._lock_loop is not loop:
+            self._lock, self._lock_loop = asyncio.Lock(), loop
+        return self._lock
+
+    async def flush(self, client: aioredis.Redis, keys: Keys, ttl_s: int) -> str | None:
+        async with self._loop_lock():
+            while self._backlog:
+                try:
+                    await append_chunk(client, keys, self.branch_id, self._backlog[0], ttl_s)
+                except (RedisError, OSError) as exc:
+                    self.last_error = f"{type(exc).__name__}: {exc}"
+                    log.error(
+                        "branch %s: history of %d call(s) not yet written to Redis (%s); "
+                        "kept and retried in order",
+                        self.branch_id,
+                        self.unwritten,
+                        self.last_error,
+                    )
+                    return self.last_error
+                self._backlog.pop(0)
+            self.last_error = None
+            return None
+
+    async def drain(
+        self, client: aioredis.Redis, keys: Keys, ttl_s: int, limit_s: float
+    ) -> str | None:
+        """Retry the backlog until it is written or ``limit_s`` passes; the last error if
+        units are still unwritten then, else None."""
+        deadline = time.monotonic() + limit_s
+        delay_s = _RETRY_FIRST_S
+        while self._backlog:
+            left_s = deadline - time.monotonic()
+            if left_s <= 0:
+                return self.last_error or "the outage limit passed"
+            try:
+                error = await asyncio.wait_for(self.flush(client, keys, ttl_s), left_s)
+            except TimeoutError:
+                return self.last_error or f"no reply from Redis within {limit_s:g}s"
+            if error is None:
+                return None
+            await asyncio.sleep(min(delay_s, max(0.0, deadline - time.monotonic())))
+            delay_s = min(delay_s * 2, _RETRY_MAX_S)
+        return None

@@ -1,0 +1,105 @@
+"""Publishing calls in batches: several calls per ``toolfleet.execute_many`` message.
+
+The dispatcher's half of opt-in batching (issue 8 item 3); :mod:`toolfleet.workers.bundle` is the
+worker's. Flower shows one task per batch, named ``batch:<function>:<n>``, its args listing the
+call ids (never the arguments).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import redis
+from celery import Celery
+from kombu.exceptions import KombuError, OperationalError
+from kombu.utils.url import maybe_sanitize_url
+
+from toolfleet.schemas import tracing
+from toolfleet.schemas.errors import BrokerError, ConfigurationError
+from toolfleet.schemas.tasks import EXECUTE_MANY_TASK
+from toolfleet.schemas.tool import Tool
+from toolfleet.schemas.wire import CallMessage
+from toolfleet.workers.app_info import settings_of
+
+__all__ = ["DEFAULT_BATCH_SIZE", "batch_task_id", "publish_batched", "publishing"]
+
+# Large enough to amortize one Celery message over many echoes, small enough that a batch
+# of a slow tool does not hold a whole worker for long, and that a lost worker re-runs little.
+DEFAULT_BATCH_SIZE = 100
+# Flower shows at most this many call ids in a batch task's args.
+_ARGSREPR_MAX_IDS = 20
+
+
+def batch_task_id() -> str:
+    return f"batch-{uuid.uuid4()}"
+
+
+def publish_batched(
+    app: Celery, calls: Sequence[tuple[CallMessage, Tool]], batch_size: int = DEFAULT_BATCH_SIZE
+) -> list[str]:
+    """Enqueue ``calls`` as ``toolfleet.execute_many`` messages of up to ``batch_size`` calls.
+
+    Calls are grouped by queue (sync / async) in input order. Returns the batch task ids.
+    Raises BrokerError naming the broker when it cannot be reached.
+    """
+    if batch_size < 1:
+        raise ConfigurationError(
+            f"batch_size must be at least 1, got {batch_size!r}; use 1 to send one call per "
+            f"message or leave it at {DEFAULT_BATCH_SIZE}"
+        )
+    settings = settings_of(app)
+    by_queue: dict[str, list[tuple[CallMessage, Tool]]] = {}
+    for message, tool in calls:
+        queue = settings.async_queue if tool.kind == "async" else settings.sync_queue
+        by_queue.setdefault(queue, []).append((message, tool))
+    task_ids = []
+    with publishing(app, "batched calls") as producer:
+        for queue, queued in by_queue.items():
+            for start in range(0, len(queued), batch_size):
+                chunk = queued[start : start + batch_size]
+                task_id = batch_task_id()
+                app.send_task(
+                    EXECUTE_MANY_TASK,
+                    args=([m.model_dump(mode="json") for m, _ in chunk],),
+                    task_id=task_id,
+                    queue=queue,
+                    shadow=_shadow(chunk),
+                    argsrepr=_argsrepr(chunk),
+                    kwargsrepr="{}",
+                    producer=producer,
+                    headers=tracing.trace_headers(m for m, _ in chunk),
+                )
+                task_ids.append(task_id)
+    return task_ids
+
+
+@contextlib.contextmanager
+def publishing(app: Celery, what: str) -> Iterator[Any]:
+    """One producer connection of ``app`` to publish ``what`` over. A broker or connection
+    error meanwhile is raised as BrokerError naming the broker (password masked), with the
+    error as its cause (toolfleet.dispatcher.send.enqueue.is_outage reads it)."""
+    try:
+        with app.producer_or_acquire() as producer:
+            yield producer
+    except (OperationalError, KombuError, redis.RedisError, OSError) as exc:
+        url = maybe_sanitize_url(str(app.conf.broker_url))
+        raise BrokerError(
+            f"cannot enqueue {what} on broker {url}: {exc}; check that Redis is running and "
+            f"TOOLFLEET_BROKER_URL points at it"
+        ) from exc
+
+
+def _shadow(chunk: Sequence[tuple[CallMessage, Tool]]) -> str:
+    functions = sorted({tool.function for _, tool in chunk})
+    name = functions[0] if len(functions) == 1 else "+".join(functions[:3])
+    return f"batch:{name}:{len(chunk)}"
+
+
+def _argsrepr(chunk: Sequence[tuple[CallMessage, Tool]]) -> str:
+    # Call ids only: arguments (and any secret among them) never reach Flower from here.
+    ids = [m.call_id for m, _ in chunk[:_ARGSREPR_MAX_IDS]]
+    more = len(chunk) - len(ids)
+    return repr(ids) + (f" +{more} more" if more else "")

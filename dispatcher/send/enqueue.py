@@ -1,0 +1,148 @@
+"""Enqueueing calls, and cancelling them: the caller's half of the wire.
+
+Celery message fields chosen here are what Flower and the worker logs show (C10): the task id
+is the call_id, the task is shown as ``tool:<function>``, and its args are a redacted repr, so a
+secret argument value never reaches Flower or a log line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import redis
+from celery import Celery
+from kombu.exceptions import OperationalError
+
+from toolfleet.dispatcher.send.bundles import publishing
+from toolfleet.schemas import tracing
+from toolfleet.schemas.function_calling import redact
+from toolfleet.schemas.keys import Keys
+from toolfleet.schemas.settings import Settings
+from toolfleet.schemas.tasks import EXECUTE_TASK, task_id_for
+from toolfleet.schemas.tool import Tool
+from toolfleet.schemas.wire import CallMessage
+from toolfleet.workers.app import redis_url_of, settings_of
+
+__all__ = [
+    "ARGSREPR_MAX_CHARS",
+    "cancel_running",
+    "hard_limit_s",
+    "is_outage",
+    "publish_calls",
+    "revoke_calls",
+    "send_options",
+    "task_id_for",
+]
+
+# Flower and the worker log show at most this much of a call's arguments.
+ARGSREPR_MAX_CHARS = 1024
+
+
+def hard_limit_s(soft_limit_s: float) -> float:
+    """Celery's hard time limit for a soft limit: room for the call to record its timeout."""
+    return soft_limit_s + max(5.0, soft_limit_s * 0.1)
+
+
+def publish_calls(app: Celery, calls: Sequence[tuple[CallMessage, Tool]]) -> None:
+    """Enqueue every call over one producer connection (blocking; run it in a thread).
+
+    Raises BrokerError naming the broker (password masked) when it cannot be reached.
+    """
+    if not calls:
+        return
+    settings = settings_of(app)
+    with publishing(app, "calls") as producer:
+        for message, tool in calls:
+            queue, options = send_options(settings, message, tool)
+            app.send_task(
+                EXECUTE_TASK,
+                args=(message.model_dump(mode="json"),),
+                task_id=task_id_for(message),
+                queue=queue,
+                producer=producer,
+                **options,
+            )
+
+
+def send_options(
+    settings: Settings, message: CallMessage, tool: Tool
+) -> tuple[str, dict[str, Any]]:
+    """A call's queue and the ``send_task`` options of its message (both publishing paths:
+    kombu's here, :mod:`toolfleet.dispatcher.send.direct`)."""
+    options: dict[str, Any] = {
+        "shadow": f"tool:{tool.function}",
+        "argsrepr": _argsrepr(message, tool),
+        "kwargsrepr": "{}",
+        "headers": tracing.trace_headers((message,)),
+    }
+    queue = settings.async_queue if tool.kind == "async" else settings.sync_queue
+    limit_s = message.timeout_s or tool.timeout_s
+    if tool.kind != "async" and limit_s:
+        # The prefork pool interrupts a blocking tool with SoftTimeLimitExceeded.
+        options["soft_time_limit"] = limit_s
+        options["time_limit"] = hard_limit_s(limit_s)
+    return queue, options
+
+
+def is_outage(error: BaseException) -> bool:
+    """Whether a BrokerError from enqueueing came from the broker being unreachable (worth
+    retrying), not from a message it refused (encoding, size): connection errors, timeouts."""
+    cause = error.__cause__
+    if isinstance(cause, OperationalError):  # kombu's wrapper of a connection failure
+        return True
+    return isinstance(cause, redis.ConnectionError | redis.TimeoutError | OSError)
+
+
+def revoke_calls(app: Celery, task_ids: Iterable[str]) -> None:
+    """Revoke queued calls (ids as :func:`task_id_for` made them); a worker skips them.
+
+    The worker that drops a revoked call records it CANCELLED (see toolfleet.workers.prefork_task).
+    """
+    ids = list(task_ids)
+    if ids:
+        app.control.revoke(ids)
+
+
+def cancel_running(
+    app_or_redis: Celery | redis.Redis, call_ids: Iterable[str], *, keys: Keys | None = None
+) -> int:
+    """Ask every async worker to cancel these calls if running; returns listeners reached.
+
+    A cancelled call's record ends CANCELLED and its Celery state REVOKED. With a Redis
+    client, pass ``keys`` unless the fleet uses the default key prefix.
+    """
+    ids = list(call_ids)
+    if not ids:
+        return 0
+    if isinstance(app_or_redis, Celery):
+        keys = keys or Keys(settings_of(app_or_redis).key_prefix)
+        client = redis.Redis.from_url(redis_url_of(app_or_redis))
+        owned = True
+    else:
+        keys = keys or Keys()
+        client = app_or_redis
+        owned = False
+    try:
+        reached = 0
+        for call_id in ids:
+            reached = max(reached, int(client.publish(keys.cancel_channel(), call_id)))
+        return reached
+    finally:
+        if owned:
+            client.close()
+
+
+def _argsrepr(message: CallMessage, tool: Tool) -> str:
+    shown = {
+        "call_id": message.call_id,
+        "branch_id": message.branch_id,
+        "function": message.function,
+        # After "function", which Flower's tool-name pattern reads first.
+        "tool_call_id": message.tool_call_id,
+        "arguments": redact(message.arguments, tool.secret_args),
+    }
+    text = repr((shown,))
+    if len(text) > ARGSREPR_MAX_CHARS:
+        text = text[: ARGSREPR_MAX_CHARS - 3] + "..."
+    return text

@@ -1,0 +1,119 @@
+"""One event loop's share of a Fleet: its Redis client, collector, broker watch, reconciler.
+
+Redis asyncio clients and background tasks belong to the loop that made them, so a Fleet
+keeps one LoopBinding per loop that uses it (issue 14 item 7). Each binding has its own
+dispatcher id and reply list: two loops using one fleet at once (two threads, say) never take
+each other's results. A binding closes itself when its loop is shut down the standard way
+(``asyncio.run``, ``asyncio.Runner``: both call ``loop.shutdown_asyncgens()``), because it
+holds an async generator of that loop whose ``finally`` closes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from typing import TYPE_CHECKING
+
+import redis.asyncio as aioredis
+
+from toolfleet.dispatcher.watch.broker_watch import BrokerWatch
+from toolfleet.dispatcher.watch.collector import Collector, connect
+from toolfleet.dispatcher.watch.reconciler import Reconciler
+from toolfleet.schemas.keys import Keys
+from toolfleet.schemas.settings import Settings
+
+if TYPE_CHECKING:
+    Publish = Callable[..., Awaitable[None]]
+
+__all__ = ["LoopBinding"]
+
+
+class LoopBinding:
+    """The clients and background tasks of one fleet on one running event loop."""
+
+    def __init__(
+        self,
+        redis_url: str,
+        keys: Keys,
+        settings: Settings,
+        publish: Publish,
+        on_loop_end: Callable[[LoopBinding], Awaitable[None]],
+    ) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.dispatcher_id = uuid.uuid4().hex
+        self.reply_key = keys.reply(self.dispatcher_id)
+        # Issue 16: the history, journal and publishing client reads as the collector's does
+        # (toolfleet.dispatcher.watch.collector.connect): redis-py's default 5 s read timeout counts
+        # loop time, so a loop kept busy by a large window timed out replies already in the socket —
+        # a history write retried, a publish sent twice. A dead broker is found by keepalive.
+        self.redis = connect(redis_url)
+        self.collector = Collector(connect(redis_url), self.reply_key, keys.event)
+        self.collector.start()
+        # Issue 7: a broker restart or long outage must not leave calls awaited forever.
+        self.watch = BrokerWatch(
+            # Keeps redis-py's 5 s read timeout: its probe is how a stalled broker (alive to
+            # TCP keepalive, answering nothing) is noticed; a probe missed to a busy loop only
+            # starts an outage that a later probe ends.
+            aioredis.Redis.from_url(redis_url),
+            self.collector,
+            keys,
+            redis_url,
+            pools=[self.redis.connection_pool],
+            outage_limit_s=settings.outage_limit_s,
+            queues=(settings.sync_queue, settings.async_queue),
+        )
+        self.watch.start()
+        # Issue 12: a queue with no worker, or a message the broker lost, must not leave a
+        # call awaited forever.
+        self.reconciler = Reconciler(
+            connect(redis_url),
+            self.collector,
+            keys,
+            settings,
+            publish,
+            self.dispatcher_id,
+        )
+        self.watch.on_restart = self.reconciler.broker_restarted
+        self.reconciler.start()
+        self._closed = False
+        self._sentinel_ended = False
+        # Started here, so the loop's asyncgen hooks register it; shutdown_asyncgens() then
+        # runs its finally on this loop, before the loop closes.
+        self._sentinel = _at_loop_end(self, on_loop_end)
+        _advance_to_yield(self._sentinel)
+
+    async def aclose(self) -> None:
+        """Stop the background tasks and close the clients; safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        await self.reconciler.aclose()
+        await self.watch.aclose()
+        await self.collector.aclose()
+        await self.redis.aclose()
+        if not self._sentinel_ended:
+            # Closed early (Fleet.aclose): the loop's shutdown has nothing left to do.
+            await self._sentinel.aclose()
+
+
+def _advance_to_yield(agen: AsyncGenerator[None, None]) -> None:
+    """Run ``agen`` to its first ``yield`` now: ``__anext__`` calls the running loop's
+    firstiter hook, which adds it to the loop's async generators; nothing before the yield
+    awaits, so one step gets there."""
+    step = agen.__anext__()
+    try:
+        step.send(None)
+    except StopIteration:
+        return
+    raise RuntimeError("the loop-end sentinel awaited before its first yield")
+
+
+async def _at_loop_end(
+    binding: LoopBinding, on_loop_end: Callable[[LoopBinding], Awaitable[None]]
+) -> AsyncGenerator[None, None]:
+    try:
+        yield
+    finally:
+        binding._sentinel_ended = True
+        await on_loop_end(binding)

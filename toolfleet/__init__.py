@@ -1,0 +1,161 @@
+"""toolfleet: run the tool calls of AI-agent conversations on a fleet of Celery workers.
+
+This module is the public face. Everything a program needs is importable from here::
+
+    from toolfleet import tool, Branch, Fleet, CallParams
+
+The names resolve on first use, so a worker process (``toolfleet worker``) that only needs
+``tool`` never imports the dispatcher, and ``import toolfleet`` stays cheap.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from toolfleet.dispatcher import (
+        Branch,
+        CallbackFailed,
+        CallContext,
+        Fleet,
+        GateDenied,
+        HistoryWriteFailed,
+        HookBus,
+        HookPoint,
+        PermissionDecision,
+        PermissionPolicy,
+        Session,
+        StopHook,
+        tool_calls_in,
+    )
+    from toolfleet.schemas.action import ActionResponseModel, CallParams, ToolInvocation
+    from toolfleet.schemas.errors import (
+        ArgumentValidationError,
+        BrokerError,
+        CallLostError,
+        ConfigurationError,
+        DispatcherLostError,
+        DuplicateToolError,
+        EmbeddedStartError,
+        MalformedRequestError,
+        NotJSONError,
+        NoWorkerError,
+        OversizedArgumentsError,
+        RefusedCallError,
+        ToolfleetError,
+        ToolTimeoutError,
+        UnknownToolError,
+        WorkerLostError,
+    )
+    from toolfleet.schemas.provider import render_results
+    from toolfleet.schemas.record import EventRecord
+    from toolfleet.schemas.settings import Settings
+    from toolfleet.schemas.status import EventStatus
+    from toolfleet.workers.registry import Registry, registry, tool
+
+# Where each public name lives; resolved by __getattr__ below.
+_HOMES: dict[str, str] = {
+    **dict.fromkeys(
+        (
+            "Branch",
+            "CallContext",
+            "CallbackFailed",
+            "Fleet",
+            "GateDenied",
+            "HistoryWriteFailed",
+            "HookBus",
+            "HookPoint",
+            "PermissionDecision",
+            "PermissionPolicy",
+            "Session",
+            "StopHook",
+            "tool_calls_in",
+        ),
+        "toolfleet.dispatcher",
+    ),
+    **dict.fromkeys(
+        ("ActionResponseModel", "CallParams", "ToolInvocation"), "toolfleet.schemas.action"
+    ),
+    **dict.fromkeys(
+        (
+            "ArgumentValidationError",
+            "BrokerError",
+            "CallLostError",
+            "ConfigurationError",
+            "DispatcherLostError",
+            "DuplicateToolError",
+            "EmbeddedStartError",
+            "MalformedRequestError",
+            "NoWorkerError",
+            "NotJSONError",
+            "OversizedArgumentsError",
+            "RefusedCallError",
+            "ToolTimeoutError",
+            "ToolfleetError",
+            "UnknownToolError",
+            "WorkerLostError",
+        ),
+        "toolfleet.schemas.errors",
+    ),
+    "render_results": "toolfleet.schemas.provider",
+    "EventRecord": "toolfleet.schemas.record",
+    "Settings": "toolfleet.schemas.settings",
+    "EventStatus": "toolfleet.schemas.status",
+    **dict.fromkeys(("Registry", "registry", "tool"), "toolfleet.workers.registry"),
+}
+
+__all__ = [
+    "ActionResponseModel",
+    "ArgumentValidationError",
+    "Branch",
+    "BrokerError",
+    "CallContext",
+    "CallLostError",
+    "CallParams",
+    "CallbackFailed",
+    "ConfigurationError",
+    "DispatcherLostError",
+    "DuplicateToolError",
+    "EmbeddedStartError",
+    "EventRecord",
+    "EventStatus",
+    "Fleet",
+    "GateDenied",
+    "HistoryWriteFailed",
+    "HookBus",
+    "HookPoint",
+    "MalformedRequestError",
+    "NoWorkerError",
+    "NotJSONError",
+    "OversizedArgumentsError",
+    "PermissionDecision",
+    "PermissionPolicy",
+    "RefusedCallError",
+    "Registry",
+    "Session",
+    "Settings",
+    "StopHook",
+    "ToolInvocation",
+    "ToolTimeoutError",
+    "ToolfleetError",
+    "UnknownToolError",
+    "WorkerLostError",
+    "registry",
+    "render_results",
+    "tool",
+    "tool_calls_in",
+]
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'toolfleet' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value  # later lookups skip __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

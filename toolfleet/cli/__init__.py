@@ -1,0 +1,94 @@
+"""The ``toolfleet`` command line. Each subcommand lives in its own module and registers itself.
+
+Exit codes: 0 success; 1 some calls failed (``run``); 2 usage or configuration error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from toolfleet.schemas.errors import ConfigurationError
+
+__all__ = ["EXIT_CALLS_FAILED", "EXIT_OK", "EXIT_USAGE", "build_parser", "main"]
+
+EXIT_OK = 0
+EXIT_CALLS_FAILED = 1
+EXIT_USAGE = 2
+
+# The module that defines each subcommand with ``register(subparsers)``; a subcommand's
+# handler is stored as ``func`` on its parser and returns the exit code. Only the module of
+# the command being run is imported, so ``toolfleet worker`` loads no dispatcher module.
+_COMMANDS: dict[str, str] = {
+    "run": "toolfleet.cli.run",
+    "demo": "toolfleet.cli.run",
+    "worker": "toolfleet.cli.worker",
+    "flower": "toolfleet.cli.flower",
+    "status": "toolfleet.cli.admin",
+    "history": "toolfleet.cli.admin",
+    "recover": "toolfleet.cli.recover",
+    "tools": "toolfleet.cli.tools",
+    "mcp": "toolfleet.cli.mcp",
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser for ``command`` alone when it is a known command, else for every command."""
+    parser = _Parser(
+        prog="toolfleet",
+        description="Run the tool calls of AI-agent conversations on a fleet of Celery workers.",
+        epilog="Examples:\n  toolfleet demo\n  toolfleet run calls.jsonl --tools mytools\n"
+        "  toolfleet worker --kind sync --tools mytools\n",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"toolfleet {_version()}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    modules = (
+        [_COMMANDS[command]] if command in _COMMANDS else list(dict.fromkeys(_COMMANDS.values()))
+    )
+    for module_name in modules:
+        register: Callable[[argparse._SubParsersAction[Any]], None]
+        register = importlib.import_module(module_name).register
+        register(subparsers)
+    return parser
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("toolfleet")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown (not installed)"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # The top-level parser has no option that takes a value, so the first word that is not an
+    # option names the command.
+    command = next((word for word in argv if not word.startswith("-")), None)
+    parser = build_parser(command)
+    args = parser.parse_args(argv)
+    func = getattr(args, "func", None)
+    if func is None:
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        code: int = func(args)
+    except ConfigurationError as exc:
+        print(f"toolfleet: configuration error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
