@@ -1,6 +1,6 @@
 """toolfleet mode: ``Branch.act`` on a Fleet, with ``toolfleet worker`` processes.
 
-The batched mode is the same ``Branch.act`` with ``CallParams(batch_size=BATCH_SIZE)``: the
+The batched mode is the same ``Branch.act`` with ``CallParams(bundle_size=BATCH_SIZE)``: the
 fleet publishes several calls per ``toolfleet.execute_many`` message instead of one per call.
 """
 
@@ -69,7 +69,7 @@ class FleetClient:
             task_events="always" if events else "monitor",
         )
         self.batched = batched
-        # CallParams(batch_size="auto") with the default window: the dispatcher decides.
+        # CallParams(bundle_size="auto") with the default window: the dispatcher decides.
         self.auto = auto
         self.fleet = Fleet(settings)
         self.loop = asyncio.new_event_loop()
@@ -116,7 +116,7 @@ class FleetClient:
         branch = Branch(fleet=self.fleet)
         requests = [{"function": function, "arguments": a} for a in arguments]
         size = "auto" if self.auto else BATCH_SIZE if self.batched else None
-        params = CallParams(max_concurrent=max_concurrent, batch_size=size)
+        params = CallParams(max_concurrent=max_concurrent, bundle_size=size)
         start = time.perf_counter()
         act = asyncio.ensure_future(branch.act(requests, call_params=params))
         done, _ = await asyncio.wait({act}, timeout=timeout_s)

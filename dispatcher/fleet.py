@@ -15,9 +15,9 @@ import redis.asyncio as aioredis
 from celery import Celery
 from redis.exceptions import RedisError
 
-from toolfleet.dispatcher.send.bundles import publish_batched
+from toolfleet.dispatcher.send.bundles import publish_bundles
 from toolfleet.dispatcher.send.direct import (
-    Prelude,
+    LeadCommands,
     direct_publish_possible,
     encode_call,
     publish_direct,
@@ -176,17 +176,17 @@ class Fleet:
         self,
         calls: Sequence[tuple[CallMessage, Tool]],
         *,
-        batch_size: int | None = None,
-        before: Prelude | None = None,
+        bundle_size: int | None = None,
+        before: LeadCommands | None = None,
     ) -> None:
         """Enqueue ``calls`` in one round trip; raises BrokerError.
 
-        With ``batch_size``, up to that many calls share one ``toolfleet.execute_many``
-        message (CallParams.batch_size); otherwise each call is its own task. ``before``
+        With ``bundle_size``, up to that many calls share one ``toolfleet.execute_many``
+        message (CallParams.bundle_size); otherwise each call is its own task. ``before``
         (claimed by the caller) reaches Redis ahead of the first message. The reconciler
         tracks each call from here until its result arrives.
         """
-        await self._publish_raw(calls, batch_size=batch_size, before=before)
+        await self._publish_raw(calls, bundle_size=bundle_size, before=before)
         await self.reconciler.published(calls)
 
     def _publishing_thread(self) -> ThreadPoolExecutor:
@@ -201,8 +201,8 @@ class Fleet:
         self,
         calls: Sequence[tuple[CallMessage, Tool]],
         *,
-        batch_size: int | None = None,
-        before: Prelude | None = None,
+        bundle_size: int | None = None,
+        before: LeadCommands | None = None,
     ) -> None:
         """Enqueue ``calls``, retrying through a broker outage up to
         ``TOOLFLEET_OUTAGE_LIMIT_S`` (issue 12: a broker restarting mid-batch must not fail
@@ -213,7 +213,7 @@ class Fleet:
         delay_s = 0.2
         while True:
             try:
-                await self._publish_once(calls, batch_size, before)
+                await self._publish_once(calls, bundle_size, before)
                 return
             except BaseException as exc:
                 if (
@@ -237,12 +237,12 @@ class Fleet:
     async def _publish_once(
         self,
         calls: Sequence[tuple[CallMessage, Tool]],
-        batch_size: int | None,
-        before: Prelude | None,
+        bundle_size: int | None,
+        before: LeadCommands | None,
     ) -> None:
         from toolfleet.dispatcher.send.enqueue import publish_calls
 
-        if batch_size is None and calls and await self._direct_publishing():
+        if bundle_size is None and calls and await self._direct_publishing():
             await self._publish_direct(calls, before)
             return
         if before is not None:
@@ -252,11 +252,11 @@ class Fleet:
         loop = asyncio.get_running_loop()
         try:
             executor = self._publishing_thread()
-            if batch_size is None:
+            if bundle_size is None:
                 await loop.run_in_executor(executor, publish_calls, self.app, list(calls))
             else:
                 await loop.run_in_executor(
-                    executor, publish_batched, self.app, list(calls), batch_size
+                    executor, publish_bundles, self.app, list(calls), bundle_size
                 )
         except BrokerError:
             raise
@@ -276,7 +276,7 @@ class Fleet:
             return False  # kombu's path reports the broker (and retries an outage)
 
     async def _publish_direct(
-        self, calls: Sequence[tuple[CallMessage, Tool]], before: Prelude | None
+        self, calls: Sequence[tuple[CallMessage, Tool]], before: LeadCommands | None
     ) -> None:
         from toolfleet.dispatcher.send.enqueue import send_options
 

@@ -82,7 +82,7 @@ class CallParams(BaseModel):
     # own record and response; Flower shows one task per message). None: one per message.
     # "auto": the dispatcher batches calls of one tool when many are ready at once (a flood)
     # and sends a lone call as its own message (toolfleet.dispatcher.send.publisher.auto_plan).
-    batch_size: int | Literal["auto"] | None = None
+    bundle_size: int | Literal["auto"] | None = None
 
     @field_validator("timeout_s", "deadline_s", "throttle_period_s")
     @classmethod
@@ -91,7 +91,7 @@ class CallParams(BaseModel):
             raise ValueError(f"must be a positive number of seconds or None, got {value!r}")
         return value
 
-    @field_validator("max_concurrent", "batch_size")
+    @field_validator("max_concurrent", "bundle_size")
     @classmethod
     def _positive_count(cls, value: int | str | None) -> int | str | None:
         if isinstance(value, int) and value < 1:

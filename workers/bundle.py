@@ -34,7 +34,7 @@ from toolfleet.schemas.tasks import EXECUTE_MANY_TASK, task_id_for
 from toolfleet.schemas.tool import ToolKind
 from toolfleet.schemas.wire import CallMessage, CallResult
 from toolfleet.workers.alarm import per_call_alarm
-from toolfleet.workers.bundle_store import BatchRuntime, BatchStore
+from toolfleet.workers.bundle_store import BundleRuntime, BundleStore
 from toolfleet.workers.call_events import CallEvents, call_events
 from toolfleet.workers.call_runner import execute_async
 from toolfleet.workers.celery_internals import RevokedIds
@@ -57,7 +57,7 @@ async def execute_many_async(
     """Run every call of one batch concurrently; each stores and signals its own record.
 
     Each call goes through :func:`toolfleet.workers.call_runner.execute_async` unchanged, but
-    against a :class:`toolfleet.workers.bundle_store.BatchStore` that starts every call in one
+    against a :class:`toolfleet.workers.bundle_store.BundleStore` that starts every call in one
     pipeline and writes every record and reply in another: two Redis round trips per batch, not per
     call.
 
@@ -69,7 +69,7 @@ async def execute_many_async(
         raise MalformedRequestError(
             f"{EXECUTE_MANY_TASK} takes a list of CallMessage dicts, got "
             f"{type(messages).__name__}; publish batches with "
-            "toolfleet.dispatcher.send.bundles.publish_batched"
+            "toolfleet.dispatcher.send.bundles.publish_bundles"
         )
     parsed: list[CallMessage] = []
     malformed = 0
@@ -79,8 +79,8 @@ async def execute_many_async(
         except MalformedRequestError as exc:
             log.error("%s: %s", EXECUTE_MANY_TASK, exc)
             malformed += 1
-    store = BatchStore(runtime.async_store(), hostname or "")
-    batch_runtime = BatchRuntime(runtime, store)
+    store = BundleStore(runtime.async_store(), hostname or "")
+    batch_runtime = BundleRuntime(runtime, store)
     await store.prefetch(parsed, runtime.registry)
 
     async def one(msg: CallMessage, events: CallEvents | None) -> str:
@@ -158,5 +158,5 @@ def _parse(message: Any) -> CallMessage:
         raise MalformedRequestError(
             f"{EXECUTE_MANY_TASK} got an item that is not a CallMessage dict: "
             f"{str(message)[:200]!r}; publish batches with "
-            "toolfleet.dispatcher.send.bundles.publish_batched"
+            "toolfleet.dispatcher.send.bundles.publish_bundles"
         ) from None

@@ -1,12 +1,12 @@
 """The store one batch's calls share: the C7 start of every call in one round trip, every record
 and reply in one more (issue 8 item 3).
 
-:class:`BatchStore` is a :class:`toolfleet.workers.runtime.CallStore`, so each call of a batch goes
+:class:`BundleStore` is a :class:`toolfleet.workers.runtime.CallStore`, so each call of a batch goes
 through :func:`toolfleet.workers.call_runner.execute_async` unchanged. It speaks the single-call
-store's protocol, only pipelined: :meth:`BatchStore.prefetch` starts every call whose tool is
+store's protocol, only pipelined: :meth:`BundleStore.prefetch` starts every call whose tool is
 registered with the same commands (:func:`toolfleet.workers.store.queue_begin`, read by
 :func:`toolfleet.workers.store.read_begin`) and reads the record of every other one;
-:meth:`BatchStore.flush` writes every record with the same FINISH_SCRIPT
+:meth:`BundleStore.flush` writes every record with the same FINISH_SCRIPT
 (:mod:`toolfleet.workers.record_scripts`) and every repeated reply. Anything off that path (a live
 duplicate, a lost holder) goes to the real store, so the C7 and worker-lost rules hold as for a
 single call.
@@ -25,14 +25,14 @@ from toolfleet.workers.registry import Registry
 from toolfleet.workers.runtime import WorkerRuntime
 from toolfleet.workers.store import (
     AsyncRecordStore,
-    Begun,
     Heartbeat,
     StartedMarker,
+    StartFinding,
     queue_begin,
     read_begin,
 )
 
-__all__ = ["BatchRuntime", "BatchStore"]
+__all__ = ["BundleRuntime", "BundleStore"]
 
 # Redis connections one batch may hold at once for calls off the prefetched happy path.
 _SLOW_PATH_CONNECTIONS = 8
@@ -40,7 +40,7 @@ _SLOW_PATH_CONNECTIONS = 8
 _Begun = tuple[CallResult | None, StartedMarker | None]
 
 
-class BatchStore:
+class BundleStore:
     """A :class:`toolfleet.workers.store.CallStore` answering each call's start from one pipelined
     prefetch and buffering its record until :meth:`flush`."""
 
@@ -48,7 +48,7 @@ class BatchStore:
         self.store = store
         self.hostname = hostname
         # Per call id, in order (a batch may hold one call id twice): prefetched answers.
-        self._begun: dict[str, list[tuple[Begun, StartedMarker]]] = {}
+        self._begun: dict[str, list[tuple[StartFinding, StartedMarker]]] = {}
         self._terminal: dict[str, list[CallResult | None]] = {}
         self._writes: list[tuple[CallResult, str | None, bool]] = []
         # The client's pool has a connection cap shared by every batch on the loop; a batch
@@ -143,15 +143,15 @@ class BatchStore:
             await asyncio.shield(pipe.execute())
 
 
-class BatchRuntime:
+class BundleRuntime:
     """A :class:`toolfleet.workers.runtime.CallRuntime`: the worker's, with the batch's store."""
 
-    def __init__(self, runtime: WorkerRuntime, store: BatchStore) -> None:
+    def __init__(self, runtime: WorkerRuntime, store: BundleStore) -> None:
         self.registry: Registry = runtime.registry
         self.heartbeat: Heartbeat = runtime.heartbeat
         self.keys: Keys = runtime.keys
         self.settings: Settings = runtime.settings
         self._store = store
 
-    def async_store(self) -> BatchStore:
+    def async_store(self) -> BundleStore:
         return self._store

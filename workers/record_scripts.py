@@ -1,7 +1,7 @@
 """The Lua scripts that keep a call's started marker and terminal record consistent (C7).
 
 Each exists once: the single-call store (:class:`toolfleet.workers.store.AsyncRecordStore`) runs
-them one call at a time, the batch store (:class:`toolfleet.workers.bundle_store.BatchStore`) runs
+them one call at a time, the batch store (:class:`toolfleet.workers.bundle_store.BundleStore`) runs
 the same scripts for a whole batch in one pipeline. (A call's start is two plain commands, not a
 script: :func:`toolfleet.workers.store.queue_begin`.)
 """

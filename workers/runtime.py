@@ -4,7 +4,7 @@ and its :class:`CallStore`.
 :class:`WorkerRuntime` is the real thing: the registry, the Redis stores, the heartbeat thread,
 the prefork child's event loop. :func:`toolfleet.workers.call_runner.execute_async` asks only for a
 :class:`CallRuntime`, which the batch path provides with its own store
-(:class:`toolfleet.workers.bundle_store.BatchRuntime`).
+(:class:`toolfleet.workers.bundle_store.BundleRuntime`).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ __all__ = ["CallRuntime", "CallStore", "WorkerRuntime", "runtime_for"]
 class CallStore(Protocol):
     """The Redis operations one call makes from start to record (C7). The single-call
     :class:`toolfleet.workers.store.AsyncRecordStore` does them one call at a time, the batch's
-    :class:`toolfleet.workers.bundle_store.BatchStore` for a whole batch at once."""
+    :class:`toolfleet.workers.bundle_store.BundleStore` for a whole batch at once."""
 
     async def terminal(self, call_id: str) -> CallResult | None:
         """The terminal record of ``call_id``, if any."""
@@ -123,7 +123,7 @@ class WorkerRuntime:
 
 def runtime_for(app: Celery) -> WorkerRuntime:
     """This process's runtime for ``app``; a forked child builds its own (no shared sockets)."""
-    # Kept on the app, not in a module dict keyed by id(app): the runtime goes with its app,
+    # CallReturn on the app, not in a module dict keyed by id(app): the runtime goes with its app,
     # and a later app that reuses the id never gets a dead app's runtime.
     runtimes: dict[int, WorkerRuntime] = app.__dict__.setdefault("toolfleet_runtimes", {})
     runtime = runtimes.get(os.getpid())

@@ -35,8 +35,8 @@ __all__ = [
     "HEARTBEAT_INTERVAL_S",
     "HEARTBEAT_STALE_S",
     "AsyncRecordStore",
-    "Begun",
     "Heartbeat",
+    "StartFinding",
     "StartedMarker",
     "SyncRecordStore",
     "queue_begin",
@@ -86,7 +86,7 @@ def queue_begin(
 
 
 @dataclass(frozen=True, slots=True)
-class Begun:
+class StartFinding:
     """What starting a call found: its record (this attempt or a later one finished), or the
     live holder's marker, or neither (``marker`` holds the call now)."""
 
@@ -96,17 +96,17 @@ class Begun:
     give_back: bool = False
 
 
-def read_begin(previous: bytes | None, raw: bytes | None, marker: StartedMarker) -> Begun:
-    """The replies of :func:`queue_begin` (the marker before our SET, the record) as a Begun."""
+def read_begin(previous: bytes | None, raw: bytes | None, marker: StartedMarker) -> StartFinding:
+    """The replies of :func:`queue_begin` (the marker before our SET, the record)."""
     if raw is not None:
         stored = CallResult.model_validate_json(raw)
         if stored.attempt >= marker.attempt:
-            return Begun(stored, None, give_back=previous is None)
+            return StartFinding(stored, None, give_back=previous is None)
     if previous is None:
-        return Begun(None, None)
+        return StartFinding(None, None)
     holder = StartedMarker.from_json(previous)
     # Our own claim, applied by a try whose reply was lost in a broker stall.
-    return Begun(None, None if holder == marker else holder)
+    return StartFinding(None, None if holder == marker else holder)
 
 
 class AsyncRecordStore:

@@ -30,7 +30,7 @@ from toolfleet.dispatcher.batch.window import Window
 from toolfleet.dispatcher.batch.writer import InOrderWriter
 from toolfleet.dispatcher.fleet import Fleet
 from toolfleet.dispatcher.history.durable import Progress
-from toolfleet.dispatcher.history.history import Kept, Unit
+from toolfleet.dispatcher.history.history import CallReturn, Unit
 from toolfleet.dispatcher.history.journal import BatchJournal
 from toolfleet.dispatcher.history.recorder import HistoryRecorder
 from toolfleet.dispatcher.watch.cancel import cancelled_error, settle_calls, stopped_result
@@ -130,7 +130,7 @@ class Batch:
         await self._journal.finish(closed_by_write=self._writer.closing_written)
         return self._results(units)
 
-    def _results(self, units: list[Kept | None]) -> list[Any]:
+    def _results(self, units: list[CallReturn | None]) -> list[Any]:
         results: list[Any] = []
         first_error: BaseException | None = None
         for unit in units:

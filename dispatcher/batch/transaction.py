@@ -35,7 +35,7 @@ from toolfleet.dispatcher.govern.session_signals import GateDenied
 from toolfleet.dispatcher.history.history import Unit
 from toolfleet.dispatcher.history.recorder import SignalSink
 from toolfleet.dispatcher.send.publisher import Publisher
-from toolfleet.dispatcher.watch.cancel import Settler, stopped_result
+from toolfleet.dispatcher.watch.cancel import StragglerBuffer, stopped_result
 from toolfleet.schemas import tracing
 from toolfleet.schemas.action import CallParams
 from toolfleet.schemas.contract import check_arguments, safe_repr, safe_text
@@ -154,8 +154,8 @@ class Transaction:
         self._verbose = verbose
         self._stopped = stopped
         self.deadline = Deadline.start(params)
-        self.publisher = Publisher(fleet, batch_size=params.batch_size)
-        self._settler = Settler(fleet)
+        self.publisher = Publisher(fleet, bundle_size=params.bundle_size)
+        self._settler = StragglerBuffer(fleet)
         self.contexts: dict[int, CallContext] = {}
         self.inflight: dict[str, CallMessage] = {}
         self._throttle_lock = asyncio.Lock()

@@ -12,7 +12,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Generic, TypeVar, cast
 
-from toolfleet.dispatcher.history.history import Kept, Unit
+from toolfleet.dispatcher.history.history import CallReturn, Unit
 
 __all__ = ["Window"]
 
@@ -38,9 +38,9 @@ class Window(Generic[T]):
         self._stops = stops
         self.stopped = False
 
-    async def sequential(self, items: Sequence[T]) -> list[Kept | None]:
+    async def sequential(self, items: Sequence[T]) -> list[CallReturn | None]:
         # Only each call's result is kept here; its history goes to the writer (issue 16).
-        units: list[Kept | None] = [None] * len(items)
+        units: list[CallReturn | None] = [None] * len(items)
         for index, item in enumerate(items):
             unit = await self._run(item, index)
             units[index] = unit.kept()
@@ -49,10 +49,10 @@ class Window(Generic[T]):
                 break
         return units
 
-    async def concurrent(self, items: Sequence[T]) -> list[Kept | None]:
+    async def concurrent(self, items: Sequence[T]) -> list[CallReturn | None]:
         # A task exists only for a call inside the window (C8), so a 100,000-call batch holds
         # `size` tasks at a time, not one per call waiting on the semaphore.
-        units: list[Kept | None] = [None] * len(items)
+        units: list[CallReturn | None] = [None] * len(items)
         running: set[asyncio.Task[None]] = set()
         failed: list[asyncio.Task[None]] = []
 
@@ -83,7 +83,7 @@ class Window(Generic[T]):
             raise
         return units
 
-    async def _windowed(self, index: int, item: T, units: list[Kept | None]) -> None:
+    async def _windowed(self, index: int, item: T, units: list[CallReturn | None]) -> None:
         try:
             unit = None if self.stopped else await self._run(item, index)
         finally:

@@ -32,7 +32,7 @@ from toolfleet.schemas.messages import (
 from toolfleet.schemas.record import EventRecord
 from toolfleet.schemas.serialize import to_jsonable
 
-__all__ = ["BranchHistory", "Kept", "Unit", "link_pair", "load_records"]
+__all__ = ["BranchHistory", "CallReturn", "Unit", "link_pair", "load_records"]
 
 log = logging.getLogger(__name__)
 
@@ -54,13 +54,13 @@ class Unit:
     hook_point: str | None = None
     hook_payload: dict[str, Any] = field(default_factory=dict)
 
-    def kept(self) -> Kept:
+    def kept(self) -> CallReturn:
         """What act() holds on to until it returns: not the history (issue 16)."""
-        return Kept(self.result, self.raise_after)
+        return CallReturn(self.result, self.raise_after)
 
 
 @dataclass(frozen=True, slots=True)
-class Kept:
+class CallReturn:
     """One call's part of act()'s return value: its result, or the error to raise."""
 
     result: ActionResponseModel

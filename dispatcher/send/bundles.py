@@ -24,31 +24,31 @@ from toolfleet.schemas.tool import Tool
 from toolfleet.schemas.wire import CallMessage
 from toolfleet.workers.app_info import settings_of
 
-__all__ = ["DEFAULT_BATCH_SIZE", "batch_task_id", "publish_batched", "publishing"]
+__all__ = ["DEFAULT_BUNDLE_SIZE", "bundle_task_id", "publish_bundles", "publishing"]
 
 # Large enough to amortize one Celery message over many echoes, small enough that a batch
 # of a slow tool does not hold a whole worker for long, and that a lost worker re-runs little.
-DEFAULT_BATCH_SIZE = 100
+DEFAULT_BUNDLE_SIZE = 100
 # Flower shows at most this many call ids in a batch task's args.
 _ARGSREPR_MAX_IDS = 20
 
 
-def batch_task_id() -> str:
+def bundle_task_id() -> str:
     return f"batch-{uuid.uuid4()}"
 
 
-def publish_batched(
-    app: Celery, calls: Sequence[tuple[CallMessage, Tool]], batch_size: int = DEFAULT_BATCH_SIZE
+def publish_bundles(
+    app: Celery, calls: Sequence[tuple[CallMessage, Tool]], bundle_size: int = DEFAULT_BUNDLE_SIZE
 ) -> list[str]:
-    """Enqueue ``calls`` as ``toolfleet.execute_many`` messages of up to ``batch_size`` calls.
+    """Enqueue ``calls`` as ``toolfleet.execute_many`` messages of up to ``bundle_size`` calls.
 
     Calls are grouped by queue (sync / async) in input order. Returns the batch task ids.
     Raises BrokerError naming the broker when it cannot be reached.
     """
-    if batch_size < 1:
+    if bundle_size < 1:
         raise ConfigurationError(
-            f"batch_size must be at least 1, got {batch_size!r}; use 1 to send one call per "
-            f"message or leave it at {DEFAULT_BATCH_SIZE}"
+            f"bundle_size must be at least 1, got {bundle_size!r}; use 1 to send one call per "
+            f"message or leave it at {DEFAULT_BUNDLE_SIZE}"
         )
     settings = settings_of(app)
     by_queue: dict[str, list[tuple[CallMessage, Tool]]] = {}
@@ -58,9 +58,9 @@ def publish_batched(
     task_ids = []
     with publishing(app, "batched calls") as producer:
         for queue, queued in by_queue.items():
-            for start in range(0, len(queued), batch_size):
-                chunk = queued[start : start + batch_size]
-                task_id = batch_task_id()
+            for start in range(0, len(queued), bundle_size):
+                chunk = queued[start : start + bundle_size]
+                task_id = bundle_task_id()
                 app.send_task(
                     EXECUTE_MANY_TASK,
                     args=([m.model_dump(mode="json") for m, _ in chunk],),
@@ -95,7 +95,7 @@ def publishing(app: Celery, what: str) -> Iterator[Any]:
 def _shadow(chunk: Sequence[tuple[CallMessage, Tool]]) -> str:
     functions = sorted({tool.function for _, tool in chunk})
     name = functions[0] if len(functions) == 1 else "+".join(functions[:3])
-    return f"batch:{name}:{len(chunk)}"
+    return f"bundle:{name}:{len(chunk)}"
 
 
 def _argsrepr(chunk: Sequence[tuple[CallMessage, Tool]]) -> str:

@@ -45,8 +45,8 @@ from toolfleet.schemas.wire import CallMessage
 from toolfleet.workers.app_info import settings_of
 
 __all__ = [
+    "LeadCommands",
     "PipelineStep",
-    "Prelude",
     "direct_publish_possible",
     "encode_call",
     "publish_direct",
@@ -57,7 +57,7 @@ __all__ = [
 PipelineStep = Callable[[Any], None]
 
 
-class Prelude(Protocol):
+class LeadCommands(Protocol):
     r"""Commands that must reach Redis before a batch's first message (the batch journal,
     :class:`toolfleet.dispatcher.history.journal.JournalOpening`): claimed by one publisher, which
     sends them in its pipeline (``add_to``) or alone (``send_alone``), then settle them."""

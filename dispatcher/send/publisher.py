@@ -1,6 +1,6 @@
 """Coalesces the calls that become ready in one loop tick into chunked publishes.
 
-With ``CallParams(batch_size="auto")`` the same tick decides how to send them
+With ``CallParams(bundle_size="auto")`` the same tick decides how to send them
 (:func:`auto_plan`): a tool with few calls ready (a lone call, a trickle) gets one message per
 call, so its latency is a single message's; a tool with a flood ready gets
 ``toolfleet.execute_many`` messages, several of them so every worker process gets a share.
@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Literal
 
 from toolfleet.dispatcher.fleet import Fleet
-from toolfleet.dispatcher.send.direct import Prelude
+from toolfleet.dispatcher.send.direct import LeadCommands
 from toolfleet.schemas import tracing
 from toolfleet.schemas.tool import Tool
 from toolfleet.schemas.wire import CallMessage
@@ -32,7 +32,7 @@ __all__ = [
 # Messages per hop to the publishing thread: large enough that a 10,000-call batch costs
 # a handful of hops, small enough that the first calls start without waiting for the rest.
 CHUNK_SIZE = 500
-# batch_size="auto": a tool with at least this many calls ready in one tick is a flood and is
+# bundle_size="auto": a tool with at least this many calls ready in one tick is a flood and is
 # batched; fewer go one per message (the batch would save little and delay nobody).
 AUTO_MIN_CALLS = 8
 # ... in at least AUTO_SPREAD messages (so several worker processes share a flood) of at most
@@ -50,7 +50,7 @@ Calls = Sequence[tuple[CallMessage, Tool]]
 def auto_plan(
     calls: Calls, in_flight: int = 0
 ) -> list[tuple[list[tuple[CallMessage, Tool]], int | None]]:
-    """How ``batch_size="auto"`` sends ``calls``: ``(calls, batch_size or None)`` per publish.
+    """How ``bundle_size="auto"`` sends ``calls``: ``(calls, bundle_size or None)`` per publish.
 
     Grouped by tool, in first-seen order; a group below AUTO_MIN_CALLS joins the single
     messages, a larger one is batched ``ceil(n / AUTO_SPREAD)`` per message, at most
@@ -85,15 +85,15 @@ class Publisher:
         fleet: Fleet,
         *,
         chunk_size: int = CHUNK_SIZE,
-        batch_size: int | Literal["auto"] | None = None,
+        bundle_size: int | Literal["auto"] | None = None,
     ) -> None:
         self._fleet = fleet
         self._chunk_size = chunk_size
-        self._batch_size = batch_size
+        self._bundle_size = bundle_size
         self._buffer: list[tuple[CallMessage, Tool, asyncio.Future[None]]] = []
         self._flusher: asyncio.Task[None] | None = None
         # Sent ahead of the first message (the batch journal), in the same round trip.
-        self.prelude: Prelude | None = None
+        self.prelude: LeadCommands | None = None
 
     async def submit(self, message: CallMessage, tool: Tool) -> None:
         loop = asyncio.get_running_loop()
@@ -108,7 +108,7 @@ class Publisher:
     async def _flush(self) -> None:
         # One yield lets every sibling call that is ready in this tick join the chunk.
         await asyncio.sleep(0)
-        if self._batch_size == "auto" and self._fleet.collector.pending >= AUTO_DEEP_IN_FLIGHT:
+        if self._bundle_size == "auto" and self._fleet.collector.pending >= AUTO_DEEP_IN_FLIGHT:
             # Deep queue: the workers are busy for a while anyway, so let calls that become
             # ready one reply at a time gather into a message instead of one message each.
             await asyncio.sleep(AUTO_LINGER_S)
@@ -135,11 +135,11 @@ class Publisher:
             await before.wait()  # sent already, or being sent (alone, by a history write)
             before = None
         try:
-            if self._batch_size != "auto":
-                await self._fleet.publish(calls, batch_size=self._batch_size, before=before)
+            if self._bundle_size != "auto":
+                await self._fleet.publish(calls, bundle_size=self._bundle_size, before=before)
                 return
             for group, size in auto_plan(calls, self._fleet.collector.pending):
-                await self._fleet.publish(group, batch_size=size, before=before)
+                await self._fleet.publish(group, bundle_size=size, before=before)
                 before = None
         except BaseException as exc:
             if before is not None:

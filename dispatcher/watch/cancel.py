@@ -27,7 +27,13 @@ from toolfleet.schemas.status import EventStatus
 from toolfleet.schemas.tool import Tool
 from toolfleet.schemas.wire import CallMessage, CallResult
 
-__all__ = ["SETTLE_TIMEOUT_S", "Settler", "cancelled_error", "settle_calls", "stopped_result"]
+__all__ = [
+    "SETTLE_TIMEOUT_S",
+    "StragglerBuffer",
+    "cancelled_error",
+    "settle_calls",
+    "stopped_result",
+]
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +56,7 @@ def stopped_result(
     return not_run_result(message, tool, error, status=status, worker=None)
 
 
-class Settler:
+class StragglerBuffer:
     """Coalesces the stragglers of one loop tick into one :func:`settle_calls` round trip."""
 
     def __init__(self, fleet: Fleet) -> None:

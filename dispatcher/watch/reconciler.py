@@ -40,7 +40,7 @@ from toolfleet.schemas.settings import Settings
 from toolfleet.schemas.tool import Tool
 from toolfleet.schemas.wire import CallMessage, CallResult
 
-__all__ = ["DISPATCHER_TTL_S", "TICK_S", "Reconciler", "Tracked", "start_command"]
+__all__ = ["DISPATCHER_TTL_S", "TICK_S", "Attempt", "Reconciler", "start_command"]
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ def start_command(settings: Settings, queue: str) -> str:
 
 
 @dataclass(slots=True)
-class Tracked:
+class Attempt:
     """One published attempt and what the reconciler knows of it."""
 
     message: CallMessage
@@ -101,7 +101,7 @@ class Reconciler:
         self._publish = publish
         self.dispatcher_id = dispatcher_id
         self._clock = clock
-        self._tracked: dict[tuple[str, int], Tracked] = {}
+        self._tracked: dict[tuple[str, int], Attempt] = {}
         # queue -> when its calls were first seen with no live worker (None: one is there).
         self._unserved_since: dict[str, float] = {}
         self._checked: set[str] = set()  # queues looked at once (later, each tick looks)
@@ -120,7 +120,7 @@ class Reconciler:
         for message, tool in calls:
             queue = self.queue_of(tool)
             queues.add(queue)
-            self._tracked[(message.call_id, message.attempt)] = Tracked(message, tool, queue, now)
+            self._tracked[(message.call_id, message.attempt)] = Attempt(message, tool, queue, now)
         fresh = [q for q in queues if q not in self._checked]
         if fresh:
             try:
@@ -269,7 +269,7 @@ class Reconciler:
             [key[0] for key, _ in due],
             {t.queue for _, t in due},
         )
-        republish: list[Tracked] = []
+        republish: list[Attempt] = []
         for key, tracked in due:
             sighting = sightings[key[0]]
             if sighting.place == Place.FINISHED:
@@ -288,7 +288,7 @@ class Reconciler:
         if republish:
             await self._republish(republish)
 
-    def _finished(self, key: tuple[str, int], tracked: Tracked, sighting: Sighting) -> None:
+    def _finished(self, key: tuple[str, int], tracked: Attempt, sighting: Sighting) -> None:
         assert sighting.record is not None
         try:
             result = CallResult.model_validate_json(sighting.record)
@@ -298,7 +298,7 @@ class Reconciler:
         if result.attempt >= key[1]:
             self.collector.deliver(sighting.record)
 
-    async def _republish(self, calls: list[Tracked]) -> None:
+    async def _republish(self, calls: list[Attempt]) -> None:
         log.warning(
             "reconciler: %d call(s) found nowhere twice %gs apart (in no queue, not reserved, "
             "not started, no record); republishing them once: %s",
@@ -313,7 +313,7 @@ class Reconciler:
             tracked.nowhere_since_s = None
             tracked.published_s = now
 
-    def _lost(self, key: tuple[str, int], tracked: Tracked) -> None:
+    def _lost(self, key: tuple[str, int], tracked: Attempt) -> None:
         del self._tracked[key]
         message = tracked.message
         self.collector.fail(
