@@ -2,9 +2,10 @@
 
 The same faults with more calls and more kills: async and sync worker SIGKILL storms and
 repeated broker crash+restarts, each on a redis-server of its own with real workers. One JSON
-line per run, counted exactly as the chaos tests count (``tests.chaos_support.judge``): lost,
-finished-and-re-run, non-idempotent calls run twice, calls without one linked pair in Redis,
-plus how long ``act()`` took. Not part of the test run.
+line per run, counted exactly as the chaos tests count
+(``tests.support.chaos_support.judge``): lost, finished-and-re-run, non-idempotent calls run
+twice, calls without one linked pair in Redis, plus how long ``act()`` took. Not part of the
+test run.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from tests.chaos_support import (
+from tests.support.chaos_support import (
     ChaosBroker,
     Ledger,
     act_and_load,
@@ -31,7 +32,7 @@ from tests.chaos_support import (
     start_chaos_worker,
     until,
 )
-from tests.fleet import WorkerProcess
+from tests.support.fleet import WorkerProcess
 
 __all__ = ["main"]
 

@@ -103,15 +103,17 @@ def redis_client(redis_db: int) -> Iterator[redis.Redis]:
 
 # --- worker fixtures (issue 3): real `toolfleet worker` processes on the session's Redis DB ---
 
-from tests.fleet import WorkerProcess, start_worker  # noqa: E402
-from tests.reliability_support import PrivateRedis  # noqa: E402
+from tests.support.fleet import WorkerProcess, start_worker  # noqa: E402
+from tests.support.reliability_support import PrivateRedis  # noqa: E402
 
 
 @pytest.fixture(scope="session")
 def fleet_settings(redis_url: str) -> Settings:
     """Settings for the session's DB; Celery results are stored too, so tests can read
     ``AsyncResult(call_id).state`` as well as the call record."""
-    return Settings(broker_url=redis_url, result_backend=redis_url, tools=("tests.sample_tools",))
+    return Settings(
+        broker_url=redis_url, result_backend=redis_url, tools=("tests.support.sample_tools",)
+    )
 
 
 @pytest.fixture(scope="session")

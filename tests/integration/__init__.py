@@ -1,0 +1,1 @@
+"""Against real Redis, real worker processes, Flower and CLI subprocesses."""

@@ -1,0 +1,1 @@
+"""Helpers and tool modules the tests share (workers load the tool modules by dotted name)."""

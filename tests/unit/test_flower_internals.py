@@ -1,0 +1,104 @@
+"""Issue 11 item 5: every Flower (and Celery event-state) internal that
+toolfleet/cli/flower_internals.py leans on is still there, with the shape it was written
+against. A failure names the internal and what changed; fix toolfleet/cli/flower_internals.py
+(and nothing else) to match the installed Flower. The behaviour itself (a call named for its
+tool, a failed call's runtime) is tested in tests/integration/test_flower_cli.py."""
+
+from __future__ import annotations
+
+import inspect
+
+import celery
+import flower
+from celery import states
+from celery.events.state import State, Task
+from flower import command as flower_command
+from flower.app import Flower
+from flower.events import Events
+from flower.urls import settings as flower_settings
+
+from tests.support.internals_support import change_message, parameters
+from toolfleet.cli import flower_internals
+from toolfleet.cli.flower_internals import (
+    FLOWER_WRITTEN_AGAINST,
+    FUNCTION_IN_ARGSREPR,
+    ToolTask,
+    track_calls,
+)
+from toolfleet.dispatcher.send.enqueue import _argsrepr
+from toolfleet.schemas.tool import Tool
+from toolfleet.schemas.wire import CallMessage
+
+changed = change_message(
+    "toolfleet/cli/flower_internals.py",
+    f"Flower {FLOWER_WRITTEN_AGAINST}",
+    f"Flower {flower.__version__} on Celery {celery.__version__}",
+)
+
+
+def test_celery_event_state_builds_tasks_we_can_subclass_and_merge() -> None:
+    assert isinstance(Task.merge_rules, dict) and states.RECEIVED in Task.merge_rules, changed(
+        "celery.events.state.Task.merge_rules is not a dict keyed by state"
+    )
+    assert "name" not in ToolTask.merge_rules[states.PENDING], "a late task-sent would rename"
+    for attribute in ("runtime", "started", "failed"):
+        assert attribute in Task.__slots__ or hasattr(Task, attribute), changed(
+            f"celery.events.state.Task has no {attribute}"
+        )
+    assert State.Task is Task, changed("State no longer builds tasks from its Task attribute")
+    assert parameters(State.event) == ["self", "event"], changed(
+        f"State.event takes {parameters(State.event)}"
+    )
+    state = State()
+    track_calls(state)
+    assert state.Task is ToolTask, "track_calls did not install ToolTask"
+    assert hasattr(state, "tasks"), changed("State has no tasks")
+
+
+def test_the_tool_name_pattern_reads_the_dispatchers_argsrepr() -> None:
+    # The pattern is ours over our own text (toolfleet.dispatcher.send.enqueue), but the two must
+    # agree.
+    message = CallMessage(
+        call_id="call-1", function="word_count", arguments={"text": "it's 'quoted'"}
+    )
+    tool = Tool(func_callable=lambda text: text, function="word_count")
+    match = FUNCTION_IN_ARGSREPR.search(_argsrepr(message, tool))
+    assert match is not None and match[1] == "word_count", (
+        "FUNCTION_IN_ARGSREPR no longer reads the function from "
+        "toolfleet.dispatcher.send.enqueue's argsrepr"
+    )
+
+
+def test_flower_command_helpers_are_as_used() -> None:
+    expected = {
+        "apply_env_options": [],
+        "apply_options": ["prog_name", "argv"],
+        "extract_settings": [],
+        "setup_logging": [],
+        "sigterm_handler": ["signum", "_"],
+    }
+    for name, wanted in expected.items():
+        function = getattr(flower_command, name, None)
+        assert function is not None, changed(f"flower.command has no {name}")
+        assert parameters(function) == wanted, changed(
+            f"flower.command.{name} takes {parameters(function)}, not {wanted}"
+        )
+    assert isinstance(flower_settings, dict), changed("flower.urls.settings is not a dict")
+
+
+def test_the_flower_app_and_its_events_thread_are_as_used() -> None:
+    names = parameters(Flower.__init__)
+    assert {"options", "capp"} <= set(names), changed(f"Flower() takes {names}")
+    for method in ("start_http_server", "start", "stop"):
+        assert callable(getattr(Flower, method, None)), changed(f"Flower has no {method}()")
+    init = inspect.getsource(Flower.__init__)
+    assert "self.events =" in init and "self.io_loop =" in init, changed(
+        "Flower() no longer sets events and io_loop"
+    )
+    assert inspect.iscoroutinefunction(Events.on_enable_events), changed(
+        "flower.events.Events.on_enable_events is not a coroutine function"
+    )
+    assert "self.state =" in inspect.getsource(Events.__init__), changed(
+        "flower.events.Events no longer keeps its State as .state"
+    )
+    assert FLOWER_WRITTEN_AGAINST in (flower_internals.__doc__ or "")
