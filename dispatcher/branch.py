@@ -155,8 +155,9 @@ class Branch:
     ) -> list[ActionResponseModel]:
         """:meth:`act` for synchronous code: runs the batch on a private event loop and
         closes the fleet's clients of that loop before returning. Same arguments, same
-        results; callable again, and from any thread. Inside a running loop it runs the
-        batch in a helper thread (so prefer ``await branch.act(...)`` there)."""
+        results; callable again, and from any thread that runs no event loop (the caller's
+        contextvars carry over). Inside a running loop it raises RuntimeError: await
+        :meth:`act` there."""
         from toolfleet.dispatcher.sync_run import run_sync
 
         fleet = self.fleet

@@ -1,15 +1,15 @@
-"""Running one coroutine to completion from synchronous code (issue 14 item 7).
+"""Running one coroutine to completion from synchronous code: ``Branch.act_sync``.
 
-A script has no event loop: the coroutine runs on a private one (``asyncio.run``), and the
-fleet's clients bound to that loop are closed before it ends. Code that already runs a loop
-in this thread (a notebook, an async framework calling sync code) cannot block on it, so the
-coroutine then runs on a private loop in a helper thread while this thread waits.
+A script has no event loop: the coroutine runs on a private one (``asyncio.run``, which runs
+it in a copy of the caller's context, so contextvars and the OpenTelemetry context carry over),
+and the fleet's clients bound to that loop are closed before it ends. Code that already runs a
+loop in this thread must ``await branch.act(...)``: blocking that loop until the batch ends
+would stall every other task on it, so act_sync refuses, as ``asyncio.run`` does.
 """
 
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
@@ -22,7 +22,20 @@ def run_sync(
     make: Callable[[], Coroutine[Any, Any, T]], *, close: Callable[[], Coroutine[Any, Any, None]]
 ) -> T:
     """``make()`` run on a private event loop; ``close()`` awaited on that loop afterwards
-    (also after an error or KeyboardInterrupt), so nothing opened for it outlives it."""
+    (also after an error or KeyboardInterrupt), so nothing opened for it outlives it.
+
+    Raises RuntimeError, before anything is sent, when this thread runs an event loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        pass
+    else:
+        raise RuntimeError(
+            "act_sync() cannot be called from a running event loop: it would block every "
+            "other task of that loop until the batch ends; use `await branch.act(...)` "
+            "there, or call act_sync from a thread that runs no loop "
+            "(`await asyncio.to_thread(branch.act_sync, ...)`)"
+        )
 
     async def main() -> T:
         try:
@@ -30,26 +43,4 @@ def run_sync(
         finally:
             await close()
 
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(main())
-    return _in_thread(main)
-
-
-def _in_thread(main: Callable[[], Coroutine[Any, Any, T]]) -> T:
-    outcome: list[Any] = []
-
-    def target() -> None:
-        try:
-            outcome.append((True, asyncio.run(main())))
-        except BaseException as exc:  # re-raised in the caller's thread
-            outcome.append((False, exc))
-
-    thread = threading.Thread(target=target, name="toolfleet-act-sync", daemon=True)
-    thread.start()
-    thread.join()
-    ok, value = outcome[0]
-    if not ok:
-        raise value
-    return value
+    return asyncio.run(main())

@@ -8,6 +8,7 @@ closed when its loop ends through ``asyncio.run``. Real Redis, real workers.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import os
 import subprocess
 import sys
@@ -18,7 +19,7 @@ import pytest
 import redis
 
 from tests.support.fleet import REPO_ROOT, assert_linked_pairs, call
-from toolfleet.dispatcher import Branch, Fleet
+from toolfleet.dispatcher import Branch, Fleet, HookPoint
 from toolfleet.schemas.errors import MalformedRequestError
 from toolfleet.schemas.keys import Keys
 from toolfleet.schemas.settings import Settings
@@ -102,20 +103,57 @@ def test_act_sync_from_threads_at_once_keeps_each_threads_results(
     assert fleet.loops_bound == 0
 
 
-def test_act_sync_inside_a_running_loop_runs_on_a_helper_thread(
-    fleet_settings: Settings,
+def test_act_sync_inside_a_running_loop_raises_and_sends_nothing(
+    fleet_settings: Settings, redis_client: redis.Redis
 ) -> None:
-    """Sync code called from a running loop (a notebook cell, an async framework) cannot
-    block on that loop; act_sync still returns the batch's results."""
+    """Sync code called from a running loop (a notebook cell, an async framework) would block
+    that loop until the batch ends: act_sync refuses, naming what to do instead, and
+    nothing is sent or recorded."""
     fleet = Fleet(fleet_settings)
     branch = Branch(fleet=fleet)
 
-    async def caller() -> list[Any]:
-        results = branch.act_sync([call("add", a=20, b=22)])
+    async def caller() -> str:
+        try:
+            branch.act_sync([call("add", a=20, b=22)])
+        except RuntimeError as exc:
+            return str(exc)
+        return "no error"
+
+    message = asyncio.run(caller())
+    assert "running event loop" in message and "await branch.act(" in message
+    assert branch.messages == [] and fleet.loops_bound == 0
+    assert redis_client.llen(Keys(fleet_settings.key_prefix).history(branch.id)) == 0
+
+    # From a thread of that loop's program (asyncio.to_thread), it runs.
+    async def via_thread() -> list[Any]:
+        results = await asyncio.to_thread(branch.act_sync, [call("add", a=20, b=22)])
         return [r.output for r in results]
 
-    assert asyncio.run(caller()) == [42]
+    assert asyncio.run(via_thread()) == [42]
     assert fleet.loops_bound == 0
+
+
+def test_act_sync_carries_the_callers_contextvars(fleet_settings: Settings) -> None:
+    """The batch runs in a copy of the caller's context: what a hook on the dispatcher reads
+    of a ContextVar is what the caller set, from the main thread and from another thread."""
+    request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="unset")
+    seen: list[str] = []
+    fleet = Fleet(fleet_settings)
+    branch = Branch(fleet=fleet)
+    branch.hooks.on(HookPoint.TOOL_PRE, lambda payload: seen.append(request_id.get()))
+
+    request_id.set("main-thread")
+    branch.act_sync(call("add", a=1, b=1))
+
+    def in_thread() -> None:
+        request_id.set("other-thread")
+        branch.act_sync(call("add", a=2, b=2))
+
+    thread = threading.Thread(target=in_thread)
+    thread.start()
+    thread.join(120)
+    assert not thread.is_alive()
+    assert seen == ["main-thread", "other-thread"]
 
 
 def test_act_sync_raises_like_act_and_still_closes(fleet_settings: Settings) -> None:
