@@ -197,7 +197,7 @@ class Branch:
         session: Scope | None = None,
         wait_s: float = 300.0,
     ) -> Branch:
-        """Complete the open batches of ``branch_id`` whose dispatcher is gone (issue 12):
+        """Complete the open batches of ``branch_id`` whose dispatcher is gone:
         wait up to ``wait_s`` for their calls still queued or running, write every missing
         unit in input order (a call never enqueued as ABORTED), then load the branch.
         Recovering twice writes nothing twice."""

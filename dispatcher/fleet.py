@@ -205,7 +205,7 @@ class Fleet:
         before: LeadCommands | None = None,
     ) -> None:
         """Enqueue ``calls``, retrying through a broker outage up to
-        ``TOOLFLEET_OUTAGE_LIMIT_S`` (issue 12: a broker restarting mid-batch must not fail
+        ``TOOLFLEET_OUTAGE_LIMIT_S`` (a broker restarting mid-batch must not fail
         the calls not yet enqueued). A retry may enqueue a call twice; its call_id record
         makes the second message a no-op (C7). ``before`` is sent again with each retry
         (idempotent writes) and settled once the messages are in or given up."""

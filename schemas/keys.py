@@ -17,7 +17,7 @@ class Keys:
 
     def late(self, call_id: str) -> str:
         """String: the record a worker wrote for a call after the dispatcher had already
-        stopped it (a sync call that ran on through a cancel or deadline; issue 12 item 7)."""
+        stopped it (a sync call that ran on through a cancel or deadline)."""
         return f"{self.prefix}:late:{call_id}"
 
     def broker_mark(self, watcher_id: str) -> str:

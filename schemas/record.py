@@ -68,7 +68,7 @@ class EventRecord(BaseModel):
     attempt: int | None = None
     worker: str | None = None
     batch_id: str | None = None
-    # -- issue 12 item 7: a sync call the dispatcher stopped (cancel, deadline) while it ran --
+    # -- a sync call the dispatcher stopped (cancel, deadline) while it ran --
     # The worker it was running on; a sync call cannot be stopped there, so it ran on.
     stopped_while_running: str | None = None
     # That run's own outcome (the worker's record, kept beside the dispatcher's), attached

@@ -43,7 +43,7 @@ class Settings(BaseModel):
     max_in_flight: int = Field(default=256, ge=1)
     max_argument_bytes: int = Field(default=1_000_000, ge=1)
     record_ttl_s: int = Field(default=7 * 24 * 3600, ge=1)
-    # Issue 12: with no live worker on a call's queue for this long, its queued calls fail
+    # With no live worker on a call's queue for this long, its queued calls fail
     # NoWorkerError and are revoked; 0 waits forever (a fleet that scales up from zero).
     no_worker_timeout_s: float = Field(default=60.0, ge=0)
     # A call found nowhere (in no queue, not reserved, not started, no record) twice this far

@@ -92,7 +92,7 @@ def span(
     """
     if trace is None or (not parent and _no_provider()):
         # Nothing would record it, and the no-op span would only re-expose the current
-        # context, which stays current anyway (issue 16: ~15 % of a batched echo's dispatcher
+        # context, which stays current anyway (~15 % of a batched echo's dispatcher
         # time went to no-op spans).
         yield None
         return

@@ -249,7 +249,7 @@ class AsyncioPool(BasePool):
                 body, content_type, content_encoding, accept=self._accept
             )
             message = args[0]
-            if request_dict.get("task") == EXECUTE_MANY_TASK:  # opt-in batching (issue 8)
+            if request_dict.get("task") == EXECUTE_MANY_TASK:  # opt-in batching
                 async with self._slots:
                     self._reporter.accepted(accept_callback)
                     summary = await execute_many_async(

@@ -1,4 +1,4 @@
-"""A sync tool's ``timeout_s`` inside a batch message: a per-call interval timer (issue 16).
+"""A sync tool's ``timeout_s`` inside a batch message: a per-call interval timer.
 
 A single ``toolfleet.execute`` message carries Celery's soft time limit, which interrupts a
 blocking sync tool. A ``toolfleet.execute_many`` message holds many calls and no Celery limit

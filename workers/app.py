@@ -91,10 +91,10 @@ def create_app(settings: Settings, *, registry: Registry = registry) -> Celery:
 
     install_lease()
     register_execute_task(app)
-    register_execute_many_task(app)  # opt-in batching (issue 8)
+    register_execute_many_task(app)  # opt-in batching
     _load_tools_at_worker_start(app)
-    register_presence(app)  # issue 12: "no worker serves this queue"
-    register_tool_catalog(app)  # issue 13: what a dispatcher without a tool may show
+    register_presence(app)  # so a dispatcher can tell "no worker serves this queue"
+    register_tool_catalog(app)  # what a dispatcher without a tool may show
     return app
 
 
@@ -108,7 +108,7 @@ def _transport_options(settings: Settings) -> dict[str, float]:
         "unacked_restore_throttle": 1,
         # The sweep holds a Redis lock; a worker SIGKILLed while holding it blocks every
         # other worker's sweep until it expires (kombu: 300 s), so a dead worker's calls
-        # waited 5 minutes (issue 12, bench/chaos.py). Scale it to the visibility timeout
+        # waited 5 minutes (bench/chaos.py). Scale it to the visibility timeout
         # too: a sweep takes milliseconds, and two overlapping sweeps at worst deliver a call
         # twice, which its call_id record makes a no-op (C7).
         "unacked_mutex_expire": max(5, min(300, int(settings.visibility_timeout_s / 2))),
@@ -123,7 +123,7 @@ def _load_tools_at_worker_start(app: Celery) -> None:
     def load(sender: Any = None, **_: Any) -> None:
         # `celery -A toolfleet.workers.app worker` next to mytools.py: Celery imports the app from
         # the working directory but does not leave it on sys.path, so the tool modules
-        # would not import (the README's plain-Celery recipe, issue 13 item 8).
+        # would not import (the README's plain-Celery recipe).
         try:
             registry_of(app).load_modules(settings_of(app).tools, search_dir=os.getcwd())
         except ConfigurationError as exc:
@@ -131,7 +131,7 @@ def _load_tools_at_worker_start(app: Celery) -> None:
             # worker that fails every call UnknownToolError: stop it with one line.
             print(f"toolfleet worker: configuration error: {exc}", file=sys.stderr)
             raise SystemExit(2) from None
-        # Issue 13: Celery's built-ins (celery.accumulate, ...) must not run by name.
+        # Operator safety: Celery's built-ins (celery.accumulate, ...) must not run by name.
         keep_only_toolfleet_tasks(app)
 
     connect_signal(app, signals.worker_init, load)

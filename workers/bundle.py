@@ -1,4 +1,4 @@
-"""Opt-in batching for trivial tools: several calls per Celery message (issue 8 item 3).
+"""Opt-in batching for trivial tools: several calls per Celery message.
 
 A Celery message costs a few milliseconds of broker and worker bookkeeping whatever the tool
 does, which dwarfs an echo. ``toolfleet.execute_many`` carries a list of CallMessages; the

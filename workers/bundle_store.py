@@ -1,5 +1,5 @@
 """The store one batch's calls share: the C7 start of every call in one round trip, every record
-and reply in one more (issue 8 item 3).
+and reply in one more.
 
 :class:`BundleStore` is a :class:`toolfleet.workers.runtime.CallStore`, so each call of a batch goes
 through :func:`toolfleet.workers.call_runner.execute_async` unchanged. It speaks the single-call

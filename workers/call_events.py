@@ -1,4 +1,4 @@
-"""Per-call task events for the calls of a batch message, so Flower shows each call (issue 16).
+"""Per-call task events for the calls of a batch message, so Flower shows each call (C10).
 
 Celery sends task events for the message it runs: for ``toolfleet.execute_many`` that is one
 ``batch:<function>:<n>`` task. Each call inside gets its own events here, with the call's task

@@ -256,7 +256,7 @@ def store_failure(app: Celery, task_id: str, error: BaseException, einfo: Except
         )
 
 
-# -- a broker restart must not make the worker exit (issue 12, found by bench/chaos.py) ---------
+# -- a broker restart must not make the worker exit (found by bench/chaos.py) -------------------
 #
 # When the broker connection drops, Celery closes the consumer's connection and kombu's Redis
 # channel then puts the worker's reserved (unacknowledged) messages back through that closed

@@ -64,8 +64,8 @@ def record_if_absent(
     reg = runtime.registry
     tool = reg.get(msg.function) if msg.function in reg else None
     if isinstance(exc, redis.RedisError | ConnectionError):
-        # Issue 7: a broker failure is reported as one, naming the broker (password masked).
-        # Issue 12: said only after Redis stayed unreachable past the outage limit, and
+        # A broker failure is reported as one, naming the broker (password masked).
+        # It is said only after Redis stayed unreachable past the outage limit, and
         # without claiming the tool ran: whether it did is not known here.
         exc = BrokerError(
             f"the broker {maybe_sanitize_url(runtime.redis_url)} failed while the worker "

@@ -1,7 +1,7 @@
 """What a worker checks before it trusts a message: the dispatcher's checks are not enough.
 
 Anyone who can write to the broker can hand-make a ``toolfleet.execute`` message, so a worker
-re-checks what the message claims (issue 13): the JSON contract and size limit
+re-checks what the message claims: the JSON contract and size limit
 (:mod:`toolfleet.schemas.contract`), that the tool's kind matches this pool (a sync tool on the
 asyncio pool would block every async call behind it), and that ``reply_to`` is a reply list of this
 fleet (never a branch's history, a record or another prefix's key). Only toolfleet's own tasks are

@@ -4,7 +4,7 @@ A worker's main process beats every ``PRESENCE_INTERVAL_S`` into one sorted set 
 (``Keys.workers(queue)``: member = worker hostname, score = epoch seconds of the beat) and
 removes itself on a warm shutdown. A worker killed outright stops beating; after
 ``PRESENCE_STALE_S`` it no longer counts. One ZCOUNT tells a dispatcher whether a queue it just
-published to has a live consumer, without a broadcast to every worker (issue 12 item 3).
+published to has a live consumer, without a broadcast to every worker.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ __all__ = ["FINISH_SCRIPT", "RELEASE_SCRIPT", "TAKE_OVER_SCRIPT", "finish_call"]
 
 
 # KEYS: event, started, reply list ("" for none). ARGV: record JSON, attempt, ttl seconds.
-# SET ... GET writes and reads the previous record in one command (issue 16: the common case,
+# SET ... GET writes and reads the previous record in one command (the common case,
 # no earlier record, costs no separate GET); the rare loser puts the winner's record back.
 FINISH_SCRIPT = """
 local current = redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[3], 'GET')

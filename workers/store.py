@@ -210,7 +210,7 @@ class AsyncRecordStore:
         of this or a later attempt already exists (e.g. a revoke recorded it CANCELLED).
         """
         # Retried through a stall: a try whose reply was lost leaves our record standing, so
-        # the retry returns False and the caller reads that record back (issue 12 item 5).
+        # the retry returns False and the caller reads that record back.
         keys, args = finish_call(self.keys, result, reply_to, self.record_ttl_s)
         stored = await self.through_outage(lambda: self._finish(keys=keys, args=args))
         return bool(stored)
@@ -231,7 +231,7 @@ class AsyncRecordStore:
 
     async def keep_late(self, result: CallResult) -> None:
         """Keep the record of a run that ended after the dispatcher stopped its call, beside
-        the dispatcher's record: a side effect that happened stays visible (issue 12 item 7)."""
+        the dispatcher's record: a side effect that happened stays visible."""
         payload = result.model_dump_json()
         key = self.keys.late(result.call_id)
         await self.through_outage(lambda: self.client.set(key, payload, ex=self.record_ttl_s))

@@ -3,7 +3,7 @@
 A dispatcher that has not imported a tool refuses its calls (UnknownToolError) and must record
 them without leaking a secret. Without the tool it cannot tell which argument is secret, so it
 hides every value, unless the fleet's workers announced the tool: then it hides exactly the
-announced secret arguments and keeps the rest readable (issue 13 item 10). One HSET per worker
+announced secret arguments and keeps the rest readable. One HSET per worker
 start, in ``Keys.tool_secrets()``; tools only ever gain entries (a worker with an older
 version of a tool overwrites it with what it runs).
 """

@@ -24,7 +24,7 @@ _TOOL_CALL_NAMESPACE = uuid.UUID("6f0c1d52-3a0e-4f5b-9a43-2c7d1e8b9f10")
 # A generator of our own, seeded from the OS and re-seeded in a forked child: the module-level
 # one is shared with the caller, and a caller (or hypothesis, or a simulation) that seeds it
 # would repeat call ids, and the workers' idempotency records would answer a new call with an
-# old call's result (found by the issue-13 JSONL fuzz).
+# old call's result (found by the bad-input JSONL fuzz).
 _ids = random.Random()
 os.register_at_fork(after_in_child=_ids.seed)
 
@@ -83,7 +83,7 @@ class CallContext:
 
     def for_hooks(self) -> CallContext:
         """This context as hook handlers get it: every secret argument value redacted, in the
-        arguments and in the caller's request (issue 13 item 10). Without secrets, the
+        arguments and in the caller's request. Without secrets, the
         context itself, so a handler sees exactly what the tool will receive (C4)."""
         secret = self.secret_args
         if not secret:

@@ -1,6 +1,6 @@
 """Normalize one action-request envelope into ``(function, raw arguments, tool_call_id)``.
 
-Accepted (ADR-0012 D2, plus the providers' own shapes, issue 14):
+Accepted (ADR-0012 D2, plus the shapes model providers and agent frameworks emit):
 
 - a toolfleet ``ActionRequest`` (kept as the history's request), a lionagi ``ActionRequest``;
 - a model declaring ``function`` and ``arguments``; a dict with both keys, optionally with

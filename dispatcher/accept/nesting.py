@@ -1,4 +1,4 @@
-"""How deeply a call's arguments may nest before the dispatcher refuses them (issue 7 item 6).
+"""How deeply a call's arguments may nest before the dispatcher refuses them.
 
 A payload nested deeper than this is not data a tool can use, and past it the serializers on
 the way fail in ways that would blame the wrong thing: ``json.dumps`` raises RecursionError,

@@ -72,8 +72,9 @@ class Batch:
         self.params = call_params if call_params is not None else CallParams()
         self.items = normalize_batch(requests, suppress_errors=suppress_errors)
         self.branch_id = branch_id = recorder.branch_id
-        # Issue 12: call ids are fixed up front, so the journal lists every call before the
-        # first is enqueued, and each call's record names its batch.
+        # Call ids are fixed up front, so the journal lists every call before the first is
+        # enqueued (a dead dispatcher's batch can then be completed), and each call's record
+        # names its batch.
         self.batch_id = new_call_id()
         self._call_ids = [initial_call_id(item, branch_id) for item in self.items]
         self._journal = BatchJournal(
@@ -149,7 +150,7 @@ class Batch:
         return results
 
     async def _record(self, units: Sequence[Unit], progress: Progress) -> None:
-        """Write a run of units, never ahead of the batch's journal (issue 12 item 1)."""
+        """Write a run of units, never ahead of the batch's journal."""
         opening = self._journal.opening
         if opening is not None:
             await opening.ensure(self.fleet.redis)

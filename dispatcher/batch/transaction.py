@@ -283,7 +283,7 @@ class Transaction:
         except (ToolTimeoutError, BrokerError, NoWorkerError, CallLostError) as exc:
             # A straggler, a call the broker lost (toolfleet.dispatcher.watch.broker_watch), one no
             # worker serves or one lost twice (toolfleet.dispatcher.watch.reconciler): recorded
-            # FAILED and revoked, so the batch can return (issues 7, 12).
+            # FAILED and revoked, so the batch can return instead of waiting forever.
             self.fleet.collector.forget(ctx.call_id, attempt)
             result = await self._settler.settle(message, ctx.tool, exc)
         except BaseException:

@@ -39,7 +39,7 @@ class Window(Generic[T]):
         self.stopped = False
 
     async def sequential(self, items: Sequence[T]) -> list[CallReturn | None]:
-        # Only each call's result is kept here; its history goes to the writer (issue 16).
+        # Only each call's result is kept here, to bound memory; its history goes to the writer.
         units: list[CallReturn | None] = [None] * len(items)
         for index, item in enumerate(items):
             unit = await self._run(item, index)

@@ -37,7 +37,7 @@ class CallbackFailed:
 @dataclass(frozen=True, slots=True)
 class HistoryWriteFailed:
     """Redis refused a history write; the in-memory history still holds the unit, and the
-    write is retried in order until the outage limit (issue 12)."""
+    write is retried in order until the outage limit."""
 
     call_id: str | None
     branch_id: str | None

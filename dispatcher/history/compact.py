@@ -1,4 +1,4 @@
-"""A branch's in-memory history in compact form (issue 16: ≤ 2 KB per call retained).
+"""A branch's in-memory history in compact form (the memory target: ≤ 2 KB per call retained).
 
 :class:`CompactList` keeps its newest items as the objects they are (so a caller's own
 ActionRequest stays the one in ``branch.messages``) and folds older ones, a block at a time,

@@ -1,4 +1,4 @@
-"""History writes that survive a broker outage (issue 12 item 4), exactly once.
+"""History writes that survive a broker outage, exactly once.
 
 A chunk is the serialized units of one in-order run of a batch, plus the batch's written
 count before and after it (:func:`toolfleet.dispatcher.history.journal.progress_key`). A script
@@ -37,13 +37,13 @@ log = logging.getLogger(__name__)
 APPEND_SCRIPT = """
 local n_events = tonumber(ARGV[4])
 if KEYS[4] ~= '' then
-  -- The chunk that completes its batch closes the journal in the same script (issue 16: one
+  -- The chunk that completes its batch closes the journal in the same script (one
   -- round trip less per act()): every earlier chunk is in (they are written in order), this
   -- one is in once the script ends, and a chunk found in already closes it too (idempotent).
   redis.call('HDEL', KEYS[4], ARGV[5])
 end
 if KEYS[3] ~= '' then
-  -- Advance the count and read the old one in one command (issue 16); a chunk already in
+  -- Advance the count and read the old one in one command (no separate GET); a chunk already in
   -- puts the count back and appends nothing.
   local current = redis.call('SET', KEYS[3], ARGV[2], 'EX', ARGV[3], 'GET')
   if current and tonumber(current) >= tonumber(ARGV[2]) then
@@ -115,7 +115,7 @@ async def append_chunk(
 
 
 def _append_script(client: aioredis.Redis) -> Any:
-    """The append script registered on ``client``: one EVALSHA per write (issue 16), the
+    """The append script registered on ``client``: one EVALSHA per write, the
     script text sent again only when the server does not know it (after a restart)."""
     script = getattr(client, "_toolfleet_durable_append", None)
     if script is None:
@@ -149,7 +149,7 @@ class DurableLog:
 
     def _loop_lock(self) -> asyncio.Lock:
         # An asyncio.Lock that once waited belongs to that loop; a branch acted on from a
-        # later loop (act_sync, issue 14 item 7) gets a fresh one.
+        # later loop (act_sync) gets a fresh one.
         loop = asyncio.get_running_loop()
         if self._lock_loop is not loop:
             self._lock, self._lock_loop = asyncio.Lock(), loop

@@ -55,7 +55,7 @@ class Unit:
     hook_payload: dict[str, Any] = field(default_factory=dict)
 
     def kept(self) -> CallReturn:
-        """What act() holds on to until it returns: not the history (issue 16)."""
+        """What act() holds on to until it returns: not the history, to bound memory."""
         return CallReturn(self.result, self.raise_after)
 
 
@@ -117,10 +117,10 @@ class BranchHistory:
 
     def __init__(self, branch_id: str) -> None:
         self.branch_id = branch_id
-        # Compact (issue 16): the newest items as objects, older ones compressed JSON lines.
+        # Compact, to bound memory: the newest items as objects, older ones compressed JSON lines.
         self.messages: CompactList[Message] = CompactList(_message_json, _MESSAGE.validate_json)
         self.events: CompactList[EventRecord] = CompactList(_event_json, _event_record)
-        # Redis writes not yet applied (a broker outage), retried in order (issue 12).
+        # Redis writes not yet applied (a broker outage), retried in order.
         self.durable = DurableLog(branch_id)
 
     async def write(
@@ -163,7 +163,7 @@ class BranchHistory:
 
 
 def _event_json(event: EventRecord) -> str:
-    # Total (issue 13): whatever a record holds, its history line is written.
+    # Total, even on bad input: whatever a record holds, its history line is written.
     data = event.to_dict()
     try:
         return json.dumps(data, allow_nan=False)
@@ -200,8 +200,8 @@ async def load_records(
 async def _attach_late_results(
     client: aioredis.Redis, keys: Keys, events: list[EventRecord]
 ) -> None:
-    """Issue 12 item 7: a sync call stopped while it ran gets its worker's own record of the
-    run (kept under ``Keys.late``) as ``late_result``: whether it then completed."""
+    """A sync call stopped while it ran gets its worker's own record of the run (kept under
+    ``Keys.late``) as ``late_result``: whether it then completed."""
     stopped = [e for e in events if e.stopped_while_running and e.call_id]
     if not stopped:
         return

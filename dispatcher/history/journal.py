@@ -1,4 +1,4 @@
-"""The batch journal (issue 12 item 1): what an act() batch is, written before it runs.
+"""The batch journal: what an act() batch is, written before it runs.
 
 Before anything of a batch reaches Redis (its first enqueued call, or its first history unit
 when every call is refused before enqueue), the dispatcher stores under ``Keys.batch(id)``
@@ -11,7 +11,7 @@ script as the units it counts, and the script that writes the last unit closes t
 ``toolfleet recover`` knows exactly which units are still missing, and recovering twice
 writes nothing twice.
 
-Issue 16: the journal costs no round trip of its own. It rides in the first publish's
+The journal costs no round trip of its own. It rides in the first publish's
 pipeline, ahead of the messages (:class:`JournalOpening`, :mod:`toolfleet.dispatcher.send.direct`),
 and the close rides in the last history write (:mod:`toolfleet.dispatcher.history.durable`).
 """
@@ -121,11 +121,11 @@ def progress_key(keys: Keys, batch_id: str) -> str:
 
 def journal_commands(pipe: Any, keys: Keys, entry: JournalEntry, *, ttl_s: int) -> None:
     """Add the journal's write to ``pipe`` (a pipeline without MULTI)."""
-    # Issue 16: no MULTI. The entry goes first, so an open listing never names a batch whose
-    # journal is missing; a failure part way leaves an unlisted entry that expires, exactly
-    # like a journal that failed to write (the batch runs without one). ``written`` is reset,
-    # not left absent: a batch id seen before (ids from a seeded random, as under hypothesis)
-    # must not inherit an old count and skip its history.
+    # No MULTI, to save a round trip per batch. The entry goes first, so an open listing never
+    # names a batch whose journal is missing; a failure part way leaves an unlisted entry that
+    # expires, exactly like a journal that failed to write (the batch runs without one).
+    # ``written`` is reset, not left absent: a batch id seen before (ids from a seeded random,
+    # as under hypothesis) must not inherit an old count and skip its history.
     pipe.set(keys.batch(entry.batch_id), entry.to_json(), ex=ttl_s)
     pipe.set(progress_key(keys, entry.batch_id), 0, ex=ttl_s)
     pipe.hset(keys.open_batches(), entry.batch_id, entry.branch_id)
@@ -176,7 +176,7 @@ def _text(value: bytes | str) -> str:
 
 
 class JournalOpening:
-    """The journal's write, sent once, ahead of the batch's first effect in Redis (issue 16).
+    """The journal's write, sent once, ahead of the batch's first effect in Redis.
 
     The first publish of the batch carries it in its own pipeline, ahead of the messages
     (:mod:`toolfleet.dispatcher.send.direct`: one connection, run in order, no round trip of its
@@ -189,7 +189,7 @@ class JournalOpening:
         self._keys = keys
         self.batch_id = entry.batch_id
         # Dropped once settled: a big batch's journal (every call's arguments) must not live
-        # as long as the batch (issue 16's memory target: 100,000 calls, < 250 MB).
+        # as long as the batch (the memory target: 100,000 calls, < 250 MB).
         self.entry: JournalEntry | None = entry
         self._ttl_s = ttl_s
         self.claimed = False
@@ -295,7 +295,7 @@ class BatchJournal:
         """Wait (up to the outage limit) for the branch's unwritten history, then close.
 
         ``closed_by_write``: the history write that completed the batch closes the journal in
-        its own script (toolfleet.dispatcher.history.durable, issue 16), so once the history is in,
+        its own script (toolfleet.dispatcher.history.durable), so once the history is in,
         the journal is closed and no HDEL of its own is sent. A journal never sent (nothing of the
         batch reached Redis) has nothing to close.
         """

@@ -1,4 +1,4 @@
-"""Completing a dead dispatcher's batches from their journals (issue 12 item 6).
+"""Completing a dead dispatcher's batches from their journals.
 
 For each open batch of a branch (``toolfleet.dispatcher.history.journal``), the calls past the
 journal's written count are located (:mod:`toolfleet.dispatcher.watch.whereabouts`). Calls still

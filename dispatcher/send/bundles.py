@@ -1,6 +1,6 @@
 """Publishing calls in batches: several calls per ``toolfleet.execute_many`` message.
 
-The dispatcher's half of opt-in batching (issue 8 item 3); :mod:`toolfleet.workers.bundle` is the
+The dispatcher's half of opt-in batching; :mod:`toolfleet.workers.bundle` is the
 worker's. Flower shows one task per batch, named ``batch:<function>:<n>``, its args listing the
 call ids (never the arguments).
 """

@@ -1,4 +1,4 @@
-"""Publishing calls on the loop's own Redis client: no thread hop, one round trip (issue 16).
+"""Publishing calls on the loop's own Redis client: no thread hop, one round trip.
 
 kombu's producers block and are not thread-safe, so the dispatcher publishes through them in
 its publishing thread: every publish is a hop to that thread and back, on top of the round trip.

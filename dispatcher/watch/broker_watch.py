@@ -1,4 +1,4 @@
-"""Watches the broker for a restart or a long outage, so no batch waits forever (issue 7 item 3).
+"""Watches the broker for a restart or a long outage, so no batch waits forever.
 
 Redis restarted without its data loses queued messages, unacked deliveries, started markers and
 reply lists: a call in flight then never gets a result. The watch notices the restart (Redis's
@@ -62,13 +62,13 @@ class BrokerWatch:
         self.keys = keys
         self.broker_url = maybe_sanitize_url(broker_url)
         self._clock = clock
-        # Issue 12: TOOLFLEET_OUTAGE_LIMIT_S; an outage shorter than this fails no call.
+        # TOOLFLEET_OUTAGE_LIMIT_S; an outage shorter than this fails no call.
         self.outage_limit_s = outage_limit_s
         # The queues a restart is checked against: a broker that kept its data (appendonly)
         # still holds the queued and reserved messages, and those calls are not lost.
         self.queues = tuple(queues)
         self.on_restart = on_restart  # told of each restart (the reconciler: see there)
-        # Found again after a restart = the broker kept its data (issue 12, bench/chaos.py).
+        # Found again after a restart = the broker kept its data (bench/chaos.py).
         self._mark = keys.broker_mark(uuid.uuid4().hex)
         self._marked_at = float("-inf")
         # Connection pools whose idle connections a restart leaves stale: redis-py does not
@@ -161,7 +161,7 @@ class BrokerWatch:
             if self.collector.is_awaited(call_id, attempt):
                 lost.append((call_id, attempt))
         if lost and self.queues:
-            # Issue 12 (chaos tests): a persistent broker comes back with its queues; the
+            # As the chaos tests found, a persistent broker comes back with its queues; the
             # calls still queued, reserved or running go on (the reconciler and the
             # worker-lost rules watch them), only those found nowhere were lost.
             sightings = await locate(self.client, self.keys, [c for c, _ in lost], self.queues)

@@ -8,7 +8,7 @@ running async calls are cancelled through the workers' cancel channel. Running s
 left to finish: killing a prefork child mid-call could leave a half-done side effect. Their
 record says so (``stopped_while_running``), and the worker keeps its own record of the run
 beside it (``Keys.late``), which :func:`toolfleet.dispatcher.history.history.load_records` attaches
-to the event as ``late_result`` (issue 12 item 7).
+to the event as ``late_result``.
 """
 
 from __future__ import annotations
@@ -146,7 +146,7 @@ async def _running_sync(
 
 
 def _still_running(error: BaseException, worker: str) -> BaseException:
-    """``error`` saying the truth about a sync call it cannot stop (issue 12 item 7)."""
+    """``error`` saying the truth about a sync call it cannot stop."""
     text = (
         f"{error} — it was already running on worker {worker}, where a sync call cannot be "
         f"stopped: it runs on, and its own outcome (whether it completed) is attached to "

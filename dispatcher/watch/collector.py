@@ -13,7 +13,7 @@ That fallback must stay rare: a socket timeout also drops whatever the server ha
 it. redis-py's default 5 s read timeout counts event-loop time, so a loop kept busy by the
 tasks of a large batched window (thousands of results resolved at once) timed out a BLMPOP
 whose answer was already in the socket buffer, and the window waited on the slow record
-reads (issue 16: 700 results recovered mid-batch in a bench run). The collector's connection
+reads (700 results recovered mid-batch in a bench run). The collector's connection
 therefore reads with a timeout far above any loop stall, and finds a dead broker through TCP
 keepalive instead, which the kernel runs whatever the loop is doing.
 """

@@ -1,7 +1,7 @@
 """One event loop's share of a Fleet: its Redis client, collector, broker watch, reconciler.
 
 Redis asyncio clients and background tasks belong to the loop that made them, so a Fleet
-keeps one LoopBinding per loop that uses it (issue 14 item 7). Each binding has its own
+keeps one LoopBinding per loop that uses it. Each binding has its own
 dispatcher id and reply list: two loops using one fleet at once (two threads, say) never take
 each other's results. A binding closes itself when its loop is shut down the standard way
 (``asyncio.run``, ``asyncio.Runner``: both call ``loop.shutdown_asyncgens()``), because it
@@ -43,14 +43,14 @@ class LoopBinding:
         self.loop = asyncio.get_running_loop()
         self.dispatcher_id = uuid.uuid4().hex
         self.reply_key = keys.reply(self.dispatcher_id)
-        # Issue 16: the history, journal and publishing client reads as the collector's does
+        # The history, journal and publishing client reads as the collector's does
         # (toolfleet.dispatcher.watch.collector.connect): redis-py's default 5 s read timeout counts
         # loop time, so a loop kept busy by a large window timed out replies already in the socket —
         # a history write retried, a publish sent twice. A dead broker is found by keepalive.
         self.redis = connect(redis_url)
         self.collector = Collector(connect(redis_url), self.reply_key, keys.event)
         self.collector.start()
-        # Issue 7: a broker restart or long outage must not leave calls awaited forever.
+        # A broker restart or long outage must not leave calls awaited forever.
         self.watch = BrokerWatch(
             # Keeps redis-py's 5 s read timeout: its probe is how a stalled broker (alive to
             # TCP keepalive, answering nothing) is noticed; a probe missed to a busy loop only
@@ -64,7 +64,7 @@ class LoopBinding:
             queues=(settings.sync_queue, settings.async_queue),
         )
         self.watch.start()
-        # Issue 12: a queue with no worker, or a message the broker lost, must not leave a
+        # A queue with no worker, or a message the broker lost, must not leave a
         # call awaited forever.
         self.reconciler = Reconciler(
             connect(redis_url),

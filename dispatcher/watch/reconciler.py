@@ -3,12 +3,12 @@
 One background task per Fleet (next to its collector and broker watch). Every published call
 is tracked with the dispatcher's own copy of its message until its result arrives. Each tick:
 
-* **No worker for a queue** (issue 12 item 3). A queue with awaited calls and no live consumer
+* **No worker for a queue.** A queue with awaited calls and no live consumer
   (``toolfleet.workers.presence``) is warned about at once, naming the queue and the command that
   starts a worker for it. After ``no_worker_timeout_s`` (0 = never) with still none, its calls that
   no worker recorded fail with a NoWorkerError naming the queue; the batch records them FAILED first
   and revokes them.
-* **Lost calls** (issue 12 item 2). Calls published more than ``reconcile_grace_s`` ago and
+* **Lost calls.** Calls published more than ``reconcile_grace_s`` ago and
   without a record are located (:mod:`toolfleet.dispatcher.watch.whereabouts`). One found finished
   is delivered; one found *nowhere* twice in a row, a grace period apart (so a message in transit is
   not misjudged), is republished once from the dispatcher's copy: safe, because C7 makes the call_id
@@ -187,7 +187,7 @@ class Reconciler:
         for key in [k for k in self._tracked if not self.collector.is_awaited(*k)]:
             del self._tracked[key]
 
-    # -- item 3: a queue with no worker ------------------------------------------------
+    # -- a queue with no worker --------------------------------------------------------
 
     async def _check_served(self, queues: Sequence[str]) -> None:
         since = live_since()
@@ -247,7 +247,7 @@ class Reconciler:
                     timeout_s,
                 )
 
-    # -- item 2: lost calls ------------------------------------------------------------
+    # -- lost calls --------------------------------------------------------------------
 
     async def _reconcile(self) -> None:
         now = self._clock()

@@ -1,4 +1,4 @@
-"""Where is a call? One consistent look at Redis for a set of awaited calls (issue 12 item 2).
+"""Where is a call? One consistent look at Redis for a set of awaited calls.
 
 A call's message travels queue (a Redis list) → a worker's reservation (kombu's ``unacked``
 hash, with ``task_acks_late``) → started (``Keys.started``, refreshed by the worker's heartbeat)
@@ -130,7 +130,7 @@ async def locate(
         elif raw_marker is not None and call_id not in reserved and call_id not in queued:
             # Its worker died while it ran and its message is gone (no redelivery is coming):
             # nobody will finish it. Found so twice, the reconciler republishes it once, and
-            # the worker that takes it applies the worker-lost rules (issue 12, bench/chaos.py:
+            # the worker that takes it applies the worker-lost rules (bench/chaos.py:
             # one call of 2,000 left act() waiting forever on a dead worker's marker).
             marker = StartedMarker.from_json(raw_marker)
             found[call_id] = Sighting(

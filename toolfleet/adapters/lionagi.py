@@ -1,4 +1,4 @@
-"""lionagi on the fleet (issue 14 item 5): ``on_fleet(branch)`` and a lionagi Branch's tool
+"""lionagi on the fleet: ``on_fleet(branch)`` and a lionagi Branch's tool
 calls run on toolfleet's workers.
 
 ``pip install "toolfleet[lionagi]"``. lionagi's ``Branch.act()``, ``operate(actions=True)``,

@@ -136,7 +136,7 @@ fleet_settings = _fleet_settings
 
 
 def orphaned_batches(client: Any, keys: Any) -> list[dict[str, str]]:
-    """Open batches whose dispatcher no longer beats (issue 12): ``toolfleet recover`` them."""
+    """Open batches whose dispatcher no longer beats: ``toolfleet recover`` them."""
     found: list[dict[str, str]] = []
     for raw_batch, raw_branch in sorted(client.hgetall(keys.open_batches()).items()):
         batch_id, branch_id = raw_batch.decode(), raw_branch.decode()
@@ -202,7 +202,7 @@ def fleet_status(settings: Settings, *, timeout_s: float) -> dict[str, Any]:
             client.close()
     finally:
         app.close()
-    # One source for every count (issue 13 item 9): a worker's running calls are the started
+    # One source for every count: a worker's running calls are the started
     # markers it holds, so the rows add up to the footer's total. Celery's active list (which
     # counts a batch message once, and a call the pool has accepted but not started) only
     # names the tasks.
@@ -287,7 +287,7 @@ def load_history(settings: Settings, branch_id: str) -> tuple[list[Any], list[Ev
 def _find_history(branch_id: str) -> tuple[list[Any], list[EventRecord], list[str]]:
     """The branch's messages and events from the first store that has them, and every store
     looked in: TOOLFLEET_BROKER_URL, else each embedded fleet running now and each one's
-    saved data (embedded runs at the same time keep theirs apart, issue 13 item 5)."""
+    saved data (embedded runs at the same time keep theirs apart)."""
     from toolfleet.cli.embedded import EmbeddedRedis, live_fleets, run_dir, saved_data_dirs
 
     settings = Settings.from_env()

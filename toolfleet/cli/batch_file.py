@@ -8,7 +8,7 @@ A malformed line is kept as a :class:`BatchLine` carrying its error, so the batc
 and the line still gets a result in its place. Blank lines and lines starting with ``#`` are
 skipped.
 
-The file is read as bytes, one line at a time (issue 13): a line that is not UTF-8, nested too
+The file is read as bytes, one line at a time: a line that is not UTF-8, nested too
 deep, holds a number Python refuses to convert, or is longer than the line limit (refused
 before it is read whole) is a malformed line on its own line number. A file in UTF-16 or
 UTF-32 is refused as a whole, naming its encoding; a UTF-8 byte order mark is skipped.

@@ -160,7 +160,7 @@ class EmbeddedRedis:
             return self.run_dir
         candidates = [self.data_dir]
         if self.spill_over:
-            # Issue 13 item 5: a second embedded run at the same time keeps its history in a
+            # A second embedded run at the same time keeps its history in a
             # slot of its own (``toolfleet history`` reads every slot), not in its run dir.
             candidates += [self.data_dir / "slots" / str(n) for n in range(1, _MAX_SLOTS + 1)]
         for candidate in candidates:

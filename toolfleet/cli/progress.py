@@ -110,7 +110,7 @@ class BatchProgress:
     def __enter__(self) -> BatchProgress:
         if self._progress is not None:
             self._progress.start()
-            # Issue 12: a dispatcher warning (no worker for a queue, a lost call) is printed
+            # A dispatcher warning (no worker for a queue, a lost call) is printed
             # above the live bar instead of tearing it.
             self._handler = _ConsoleHandler(self._progress.console)
             logging.getLogger("toolfleet.dispatcher").addHandler(self._handler)
