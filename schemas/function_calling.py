@@ -13,6 +13,7 @@ from toolfleet.schemas.contract import safe_repr
 from toolfleet.schemas.errors import ArgumentValidationError, ToolTimeoutError
 from toolfleet.schemas.event import Event
 from toolfleet.schemas.serialize import to_jsonable
+from toolfleet.schemas.signature import validation_problems
 from toolfleet.schemas.tool import Tool, is_coro_func
 
 __all__ = ["REDACTED", "FunctionCalling", "normalize_arguments", "redact"]
@@ -59,20 +60,42 @@ def normalize_arguments(tool: Tool, arguments: Any) -> dict[str, Any]:
                 f"{tool.request_options.__name__}: {_validation_summary(exc)}"
             ) from None
         return model.model_dump(exclude_unset=True)
-    if tool.strict:
-        return arguments
-    missing = tool.minimum_acceptable_fields - keys
-    if missing:
+    if not tool.strict:
+        missing = tool.minimum_acceptable_fields - keys
+        if missing:
+            raise ArgumentValidationError(
+                f"tool {tool.function!r} is missing required arguments {sorted(missing)}; "
+                f"it takes {sorted(tool.required_fields)}"
+            )
+        unknown = keys - tool.required_fields
+        if unknown and not tool.accepts_extra_arguments:
+            raise ArgumentValidationError(
+                f"tool {tool.function!r} got unknown arguments {sorted(unknown)}; "
+                f"it takes {sorted(tool.required_fields)}"
+            )
+    return _validated(tool, arguments)
+
+
+def _validated(tool: Tool, arguments: dict[str, Any]) -> dict[str, Any]:
+    """``arguments`` checked against the tool's published schema; a converted value (pydantic's
+    lax mode, or strict for a strict tool) replaces the original, as JSON."""
+    model = tool.arguments_model
+    try:
+        checked = model.model_validate(arguments, strict=tool.strict or None)
+    except ValidationError as exc:
         raise ArgumentValidationError(
-            f"tool {tool.function!r} is missing required arguments {sorted(missing)}; "
-            f"it takes {sorted(tool.required_fields)}"
-        )
-    unknown = keys - tool.required_fields
-    if unknown and not tool.accepts_extra_arguments:
-        raise ArgumentValidationError(
-            f"tool {tool.function!r} got unknown arguments {sorted(unknown)}; "
-            f"it takes {sorted(tool.required_fields)}"
-        )
+            f"tool {tool.function!r}: "
+            f"{validation_problems(model, exc, tool.secret_args)}; "
+            f"send values of the types its schema declares (`toolfleet tools` shows it)"
+        ) from None
+    # Only typed arguments are re-encoded: an untyped one keeps its value, so a non-JSON
+    # value still fails the wire check with its own clear error.
+    typed = tool.typed_arguments & arguments.keys()
+    if typed:
+        try:
+            arguments.update(checked.model_dump(mode="json", include=set(typed)))
+        except Exception:  # a typed value with no JSON form: the wire check names it
+            pass
     return arguments
 
 

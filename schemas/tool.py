@@ -9,6 +9,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from toolfleet.schemas.signature import signature_model
+
 __all__ = ["Tool", "ToolKind", "callable_kind", "is_coro_func", "is_lionagi_tool"]
 
 ToolKind = Literal["sync", "async"]
@@ -134,6 +136,25 @@ class Tool(BaseModel):
             )
         return frozenset(
             name for name, p in self._parameters().items() if p.default is inspect.Parameter.empty
+        )
+
+    @functools.cached_property
+    def arguments_model(self) -> type[BaseModel]:
+        """The model of this tool's arguments: its request model, else one built from the
+        callable's signature. The specs publish its JSON Schema; every call is validated
+        against it (:func:`toolfleet.schemas.function_calling.normalize_arguments`)."""
+        if self.request_options is not None:
+            return self.request_options
+        return signature_model(
+            self.function, self.func_callable, self._parameters(), self.accepts_extra_arguments
+        )
+
+    @functools.cached_property
+    def typed_arguments(self) -> frozenset[str]:
+        """The arguments whose declared type is more than ``Any``: validation may convert
+        their values (pydantic's lax mode)."""
+        return frozenset(
+            name for name, f in self.arguments_model.model_fields.items() if f.annotation is not Any
         )
 
     @functools.cached_property

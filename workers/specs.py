@@ -10,12 +10,8 @@ from __future__ import annotations
 
 import inspect
 import re
-import typing
 from collections.abc import Iterable
 from typing import Any, Literal, get_args
-
-from pydantic import BaseModel, ConfigDict, TypeAdapter, create_model
-from pydantic.errors import PydanticSchemaGenerationError, PydanticUserError
 
 from toolfleet.schemas.errors import ConfigurationError
 from toolfleet.schemas.tool import Tool
@@ -83,7 +79,7 @@ def parameters_schema(tool: Tool) -> dict[str, Any]:
     if tool.request_options is not None:
         schema = tool.request_options.model_json_schema()
     else:
-        schema = _signature_model(tool).model_json_schema()
+        schema = tool.arguments_model.model_json_schema()
     schema.pop("title", None)
     # "type" first: the order a reader of `toolfleet tools` expects.
     schema = {"type": "object", **schema}
@@ -103,46 +99,6 @@ def parameters_schema(tool: Tool) -> dict[str, Any]:
     if not tool.accepts_extra_arguments:
         schema["additionalProperties"] = False
     return schema
-
-
-def _signature_model(tool: Tool) -> type[BaseModel]:
-    params = tool._parameters()
-    try:
-        hints = typing.get_type_hints(tool.func_callable)
-    except Exception:
-        # Unresolvable forward references: fall back to the raw (maybe string) annotations.
-        hints = {}
-    fields: dict[str, Any] = {}
-    for name, param in params.items():
-        annotation = hints.get(name, param.annotation)
-        if annotation is inspect.Parameter.empty or isinstance(annotation, str):
-            annotation = Any
-        elif not _has_schema(annotation):
-            annotation = Any  # an arbitrary class: any JSON value, the tool validates
-        default = ... if param.default is inspect.Parameter.empty else param.default
-        if default is not ... and not _jsonable(default):
-            default = None
-        fields[name] = (annotation, default)
-    model: type[BaseModel] = create_model(
-        f"{tool.function}_arguments",
-        __config__=ConfigDict(arbitrary_types_allowed=True),
-        **fields,
-    )
-    return model
-
-
-def _has_schema(annotation: Any) -> bool:
-    try:
-        TypeAdapter(annotation).json_schema()
-    except (PydanticSchemaGenerationError, PydanticUserError, TypeError, ValueError):
-        return False
-    except Exception:  # pydantic's PydanticInvalidForJsonSchema and friends
-        return False
-    return True
-
-
-def _jsonable(value: Any) -> bool:
-    return value is None or isinstance(value, str | int | float | bool | list | dict | tuple)
 
 
 def tool_spec(tool: Tool, format: str = "openai") -> dict[str, Any]:
