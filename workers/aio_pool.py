@@ -16,6 +16,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from types import CodeType
 from typing import Any
 
 from celery import Celery
@@ -31,6 +32,7 @@ from toolfleet.workers.call_runner import execute_async
 from toolfleet.workers.cancel_listener import listen_for_cancels
 from toolfleet.workers.celery_internals import PoolRequest, RevokedIds, pool_app_and_hostname
 from toolfleet.workers.failure import record_if_absent
+from toolfleet.workers.loop_watch import LoopWatch, code_of
 from toolfleet.workers.pool_reporter import PoolReporter
 from toolfleet.workers.runtime import WorkerRuntime, runtime_for
 
@@ -87,6 +89,7 @@ class AsyncioPool(BasePool):
         self._reporter = PoolReporter(self.app)
         self._accept = prepare_accept_content(self.app.conf.accept_content)
         self._runtime: WorkerRuntime | None = None
+        self._watch: LoopWatch | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -118,11 +121,19 @@ class AsyncioPool(BasePool):
             self._ready.set()
             raise
         loop.call_soon(self._ready.set)
+        self._watch = LoopWatch(loop, threading.get_ident(), self._tool_codes)
+        self._watch.start()
         try:
             loop.run_forever()
         finally:
+            self._watch.stop()
             loop.run_until_complete(loop.shutdown_asyncgens())
             loop.close()
+
+    def _tool_codes(self) -> dict[CodeType, str]:
+        assert self._runtime is not None
+        codes = ((code_of(tool.func_callable), tool.function) for tool in self._runtime.registry)
+        return {code: name for code, name in codes if code is not None}
 
     def on_stop(self) -> None:
         """Warm shutdown: let running calls finish, then stop the loop."""

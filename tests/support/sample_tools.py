@@ -13,6 +13,7 @@ from toolfleet.workers.registry import tool
 
 __all__ = [
     "add",
+    "blocks_loop",
     "append_line",
     "append_line_idempotent",
     "append_then_sleep",
@@ -165,3 +166,10 @@ def loaded_modules(prefix: str) -> list[str]:
 async def loaded_modules_async(prefix: str) -> list[str]:
     """The same, from the asyncio pool (the worker's main process)."""
     return loaded_modules(prefix)
+
+
+@tool
+async def blocks_loop(seconds: float) -> float:
+    """Wrongly blocks its event loop (time.sleep inside async def): the pool must name it."""
+    time.sleep(seconds)
+    return seconds
