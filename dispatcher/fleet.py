@@ -6,7 +6,6 @@ import asyncio
 import json
 import logging
 import threading
-import time
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -27,9 +26,10 @@ from toolfleet.dispatcher.send.enqueue import is_outage
 from toolfleet.dispatcher.watch.collector import Collector
 from toolfleet.dispatcher.watch.loop_binding import LoopBinding
 from toolfleet.dispatcher.watch.reconciler import Reconciler
-from toolfleet.schemas.errors import BrokerError
+from toolfleet.schemas.errors import BrokerError, ConfigurationError
 from toolfleet.schemas.keys import Keys
-from toolfleet.schemas.settings import Settings
+from toolfleet.schemas.outage import OutageRetry, through_outage
+from toolfleet.schemas.settings import ENV_PREFIX, Settings, masked_url
 from toolfleet.schemas.tool import Tool
 from toolfleet.schemas.wire import CallMessage, CallResult
 from toolfleet.workers.app import create_app, redis_url_of
@@ -58,6 +58,15 @@ class Fleet:
 
     def __init__(self, settings: Settings | None = None, *, registry: Registry | None = None):
         self.settings = settings if settings is not None else Settings.from_env()
+        if self.settings.broker_url is None:
+            # The command line starts a private Redis when no broker is set; a library that
+            # silently wrote into db 0 of whatever Redis is local would surprise its user.
+            raise ConfigurationError(
+                f"no broker: set {ENV_PREFIX}BROKER_URL (for example "
+                f"redis://127.0.0.1:6379/0) or pass Settings(broker_url=...); for a private "
+                f"local fleet with no Redis to install, use "
+                f"`with Fleet.embedded(tools=[...]) as fleet:`"
+            )
         self.registry = registry if registry is not None else default_registry
         self.registry.load_modules(self.settings.tools)
         self.keys = Keys(self.settings.key_prefix)
@@ -208,31 +217,29 @@ class Fleet:
         ``TOOLFLEET_OUTAGE_LIMIT_S`` (a broker restarting mid-batch must not fail
         the calls not yet enqueued). A retry may enqueue a call twice; its call_id record
         makes the second message a no-op (C7). ``before`` is sent again with each retry
-        (idempotent writes) and settled once the messages are in or given up."""
-        deadline = time.monotonic() + self.settings.outage_limit_s
-        delay_s = 0.2
-        while True:
-            try:
-                await self._publish_once(calls, bundle_size, before)
-                return
-            except BaseException as exc:
-                if (
-                    not isinstance(exc, BrokerError)
-                    or not is_outage(exc)
-                    or time.monotonic() + delay_s > deadline
-                ):
-                    if before is not None:
-                        before.settle(exc)
-                    raise
-                log.warning(
-                    "could not enqueue %d call(s) (%s); retrying for up to %gs "
-                    "(TOOLFLEET_OUTAGE_LIMIT_S)",
-                    len(calls),
-                    exc,
-                    self.settings.outage_limit_s,
-                )
-                await asyncio.sleep(delay_s)
-                delay_s = min(delay_s * 2, 2.0)
+        (idempotent writes) and settled once the messages are in or given up. The retries
+        follow the one outage policy, toolfleet.schemas.outage."""
+
+        def retrying(exc: BaseException, retry: OutageRetry) -> None:
+            log.warning(
+                "could not enqueue %d call(s) (%s); retrying for up to %gs "
+                "(TOOLFLEET_OUTAGE_LIMIT_S)",
+                len(calls),
+                masked_url(str(exc)),
+                retry.limit_s,
+            )
+
+        try:
+            await through_outage(
+                lambda: self._publish_once(calls, bundle_size, before),
+                self.settings.outage_limit_s,
+                retry_if=lambda exc: isinstance(exc, BrokerError) and is_outage(exc),
+                on_retry=retrying,
+            )
+        except BaseException as exc:
+            if before is not None:
+                before.settle(exc)
+            raise
 
     async def _publish_once(
         self,
@@ -261,10 +268,7 @@ class Fleet:
         except BrokerError:
             raise
         except Exception as exc:
-            raise BrokerError(
-                f"could not enqueue {len(calls)} call(s) on {self.settings.broker_url!r}: "
-                f"{type(exc).__name__}: {exc}; check that the broker is running"
-            ) from exc
+            raise self._enqueue_error(len(calls), exc) from exc
 
     async def _direct_publishing(self) -> bool:
         """Whether calls go out on the loop's client (toolfleet.dispatcher.send.direct) now."""
@@ -288,12 +292,17 @@ class Fleet:
             steps = [before.add_to] if before is not None else []
             replies = await publish_direct(self.redis, encoded, steps)
         except Exception as exc:
-            raise BrokerError(
-                f"could not enqueue {len(calls)} call(s) on {self.settings.broker_url!r}: "
-                f"{type(exc).__name__}: {exc}; check that the broker is running"
-            ) from exc
+            raise self._enqueue_error(len(calls), exc) from exc
         if before is not None:
             before.settle(next((r for r in replies if isinstance(r, Exception)), None))
+
+    def _enqueue_error(self, count: int, exc: BaseException) -> BrokerError:
+        """The error of a publish that failed, naming the broker with its password masked:
+        this text becomes the error of every call it fails, in results and history."""
+        return BrokerError(
+            f"could not enqueue {count} call(s) on {masked_url(self.settings.broker_url)!r}: "
+            f"{type(exc).__name__}: {masked_url(str(exc))}; check that the broker is running"
+        )
 
     async def aclose(self) -> None:
         """Close the running loop's clients and background tasks now.
