@@ -7,7 +7,6 @@ value carries a heartbeat so a redelivered message can tell a live duplicate fro
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -16,11 +15,11 @@ from typing import Any
 
 import redis
 import redis.asyncio as aioredis
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from toolfleet.schemas.keys import Keys
 from toolfleet.schemas.liveness import HEARTBEAT_STALE_S, StartedMarker
+from toolfleet.schemas.outage import through_outage
+from toolfleet.schemas.settings import Settings
 from toolfleet.schemas.wire import CallResult
 from toolfleet.workers.record_scripts import (
     FINISH_SCRIPT,
@@ -118,12 +117,15 @@ class AsyncRecordStore:
         keys: Keys,
         *,
         record_ttl_s: int,
-        outage_limit_s: float = 0.0,
+        outage_limit_s: float | None = None,
     ) -> None:
         self.client = client
         self.keys = keys
         self.record_ttl_s = record_ttl_s
-        self.outage_limit_s = outage_limit_s
+        # None: Settings' default (TOOLFLEET_OUTAGE_LIMIT_S), the one default there is.
+        self.outage_limit_s = (
+            Settings().outage_limit_s if outage_limit_s is None else outage_limit_s
+        )
         # EVALSHA, the script text sent again only when the server does not know it.
         self._finish = client.register_script(FINISH_SCRIPT)
         self._nx_get: bool | None = None
@@ -138,7 +140,7 @@ class AsyncRecordStore:
 
     @classmethod
     def from_url(
-        cls, url: str, keys: Keys, *, record_ttl_s: int, outage_limit_s: float = 0.0
+        cls, url: str, keys: Keys, *, record_ttl_s: int, outage_limit_s: float | None = None
     ) -> AsyncRecordStore:
         # Hundreds of coroutines share this client. redis-py's default pool raises
         # MaxConnectionsError past 100 connections; a blocking pool makes them take turns.
@@ -217,17 +219,9 @@ class AsyncRecordStore:
 
     async def through_outage(self, operation: Callable[[], Awaitable[Any]]) -> Any:
         """Run ``operation``, retrying a broker connection error or timeout with backoff for
-        up to ``outage_limit_s``: a stall shorter than the limit fails no call."""
-        deadline = time.monotonic() + self.outage_limit_s
-        delay_s = 0.2
-        while True:
-            try:
-                return await operation()
-            except (RedisConnectionError, RedisTimeoutError, OSError):
-                if time.monotonic() + delay_s > deadline:
-                    raise
-                await asyncio.sleep(delay_s)
-                delay_s = min(delay_s * 2, 2.0)
+        up to ``outage_limit_s`` (toolfleet.schemas.outage): a stall shorter than the limit
+        fails no call."""
+        return await through_outage(operation, self.outage_limit_s)
 
     async def keep_late(self, result: CallResult) -> None:
         """Keep the record of a run that ended after the dispatcher stopped its call, beside

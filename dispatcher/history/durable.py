@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -24,6 +23,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from toolfleet.schemas.keys import Keys
+from toolfleet.schemas.outage import OutageRetry
 
 __all__ = ["APPEND_SCRIPT", "Chunk", "DurableLog", "Progress", "append_chunk"]
 
@@ -64,9 +64,6 @@ push(KEYS[1], 6, 5 + n_events)
 push(KEYS[2], 6 + n_events, #ARGV)
 return 1
 """
-
-_RETRY_FIRST_S = 0.2
-_RETRY_MAX_S = 2.0
 
 
 class Progress(NamedTuple):
@@ -177,12 +174,12 @@ class DurableLog:
     async def drain(
         self, client: aioredis.Redis, keys: Keys, ttl_s: int, limit_s: float
     ) -> str | None:
-        """Retry the backlog until it is written or ``limit_s`` passes; the last error if
-        units are still unwritten then, else None."""
-        deadline = time.monotonic() + limit_s
-        delay_s = _RETRY_FIRST_S
+        """Retry the backlog until it is written or ``limit_s`` passes (the outage policy,
+        toolfleet.schemas.outage); the last error if units are still unwritten then, else
+        None."""
+        retry = OutageRetry(limit_s)
         while self._backlog:
-            left_s = deadline - time.monotonic()
+            left_s = retry.left_s
             if left_s <= 0:
                 return self.last_error or "the outage limit passed"
             try:
@@ -191,6 +188,5 @@ class DurableLog:
                 return self.last_error or f"no reply from Redis within {limit_s:g}s"
             if error is None:
                 return None
-            await asyncio.sleep(min(delay_s, max(0.0, deadline - time.monotonic())))
-            delay_s = min(delay_s * 2, _RETRY_MAX_S)
+            await retry.pause()
         return None
