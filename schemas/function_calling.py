@@ -81,13 +81,19 @@ def _validated(tool: Tool, arguments: dict[str, Any]) -> dict[str, Any]:
     lax mode, or strict for a strict tool) replaces the original, as JSON."""
     model = tool.arguments_model
     try:
-        checked = model.model_validate(arguments, strict=tool.strict or None)
+        # JSON arguments that fit as sent are sent as they are (an int for a float stays int).
+        checked: BaseModel | None = model.model_validate(arguments, strict=True)
+        if all(type(value) in _JSON_TYPES for value in arguments.values()):
+            return arguments
     except ValidationError as exc:
-        raise ArgumentValidationError(
-            f"tool {tool.function!r}: "
-            f"{validation_problems(model, exc, tool.secret_args)}; "
-            f"send values of the types its schema declares (`toolfleet tools` shows it)"
-        ) from None
+        if tool.strict:
+            raise _refused(tool, model, exc) from None
+        checked = None
+    if checked is None:
+        try:
+            checked = model.model_validate(arguments)
+        except ValidationError as exc:
+            raise _refused(tool, model, exc) from None
     # Only typed arguments are re-encoded: an untyped one keeps its value, so a non-JSON
     # value still fails the wire check with its own clear error.
     typed = tool.typed_arguments & arguments.keys()
@@ -97,6 +103,16 @@ def _validated(tool: Tool, arguments: dict[str, Any]) -> dict[str, Any]:
         except Exception:  # a typed value with no JSON form: the wire check names it
             pass
     return arguments
+
+
+_JSON_TYPES = frozenset({str, int, float, bool, type(None), list, dict})
+
+
+def _refused(tool: Tool, model: type[BaseModel], exc: ValidationError) -> ArgumentValidationError:
+    return ArgumentValidationError(
+        f"tool {tool.function!r}: {validation_problems(model, exc, tool.secret_args)}; "
+        f"send values of the types its schema declares (`toolfleet tools` shows it)"
+    )
 
 
 class FunctionCalling(Event):

@@ -14,6 +14,7 @@ worker or dispatcher); :func:`not_run_result` wraps it in the call's terminal ``
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Collection, Mapping
 from datetime import UTC, datetime
@@ -29,7 +30,22 @@ from toolfleet.schemas.status import EventStatus, check_status
 from toolfleet.schemas.tool import Tool
 from toolfleet.schemas.wire import CallMessage, CallResult
 
-__all__ = ["EventRecord", "not_run_result", "shown_arguments"]
+__all__ = [
+    "ARGUMENTS_PREVIEW_BYTES",
+    "PREVIEW_KEY",
+    "SIZE_KEY",
+    "EventRecord",
+    "bounded_arguments",
+    "not_run_result",
+    "shown_arguments",
+]
+
+# A refused call's records keep at most this much of its arguments: a 2 MB payload refused
+# as oversized must not be stored, returned and rendered whole everywhere it is recorded.
+ARGUMENTS_PREVIEW_BYTES = 1024
+# The keys of an arguments preview (dotted, so no parameter name collides with them).
+PREVIEW_KEY = "toolfleet.preview"
+SIZE_KEY = "toolfleet.size_bytes"
 
 
 def shown_arguments(
@@ -43,6 +59,47 @@ def shown_arguments(
     else:
         hidden = redact(arguments, frozenset(secret_args))
     return {jsonable_key(key): to_jsonable(value) for key, value in hidden.items()}
+
+
+def bounded_arguments(arguments: Any, secret_args: Collection[str] | None = ()) -> dict[str, Any]:
+    """``arguments`` as a refused call's records keep them: the (already redacted) dict itself
+    when its JSON is at most :data:`ARGUMENTS_PREVIEW_BYTES`; otherwise, or when the model
+    sent text that is not a JSON object, ``{PREVIEW_KEY: the first 1 KB of that text,
+    SIZE_KEY: its full size in bytes}``. Text that cannot be redacted (the tool has secret
+    arguments, or is unknown: ``secret_args`` None) is previewed as ``***``."""
+    if isinstance(arguments, Mapping):
+        if _surely_small(arguments) or arguments.keys() == {PREVIEW_KEY, SIZE_KEY}:
+            return dict(arguments)  # small, or a preview already
+        text = json.dumps(to_jsonable(dict(arguments)), ensure_ascii=False)
+        if len(text) <= ARGUMENTS_PREVIEW_BYTES:  # characters ≤ bytes: a cheap first test
+            size = len(text.encode())
+            if size <= ARGUMENTS_PREVIEW_BYTES:
+                return dict(arguments)
+        redactable = True
+    else:
+        text = arguments if isinstance(arguments, str) else safe_text(repr(arguments))
+        redactable = secret_args is not None and not secret_args
+    encoded = text.encode()
+    preview = encoded[:ARGUMENTS_PREVIEW_BYTES].decode(errors="ignore")
+    return {PREVIEW_KEY: preview if redactable else REDACTED, SIZE_KEY: len(encoded)}
+
+
+def _surely_small(arguments: Mapping[Any, Any]) -> bool:
+    """True when ``arguments`` cannot exceed the preview size as JSON, without encoding them
+    (the journal asks this of every call): short strings and small scalars only."""
+    chars = 0
+    for key, value in arguments.items():
+        if isinstance(value, str):
+            chars += len(value)
+        elif value is None or isinstance(value, bool | float):
+            chars += 24
+        elif isinstance(value, int) and value.bit_length() < 64:
+            chars += 24
+        else:
+            return False
+        chars += len(key) if isinstance(key, str) else 24
+    # JSON escaping writes one character as at most 6 (\uXXXX), and 6 bytes of UTF-8 at most.
+    return chars * 6 + 8 * len(arguments) <= ARGUMENTS_PREVIEW_BYTES
 
 
 class EventRecord(BaseModel):

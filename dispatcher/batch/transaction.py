@@ -49,7 +49,7 @@ from toolfleet.schemas.errors import (
     UnknownToolError,
 )
 from toolfleet.schemas.function_calling import normalize_arguments
-from toolfleet.schemas.record import EventRecord, shown_arguments
+from toolfleet.schemas.record import EventRecord, bounded_arguments, shown_arguments
 from toolfleet.schemas.serialize import format_error
 from toolfleet.schemas.status import EventStatus
 from toolfleet.schemas.wire import CallMessage, CallResult
@@ -332,16 +332,22 @@ def _refused_context(
     """The context of a call refused before it was normalized: whatever the caller passed
     (lone surrogates, non-string keys, raising mappings), it can be recorded."""
     function = safe_text(item.function)
-    try:
-        raw = dict(item.arguments) if isinstance(item.arguments, Mapping) else {}
-    except Exception:
-        raw = {}
-    if item.function in fleet.registry:
-        known = fleet.tool(item.function)
-        return _context(item, branch_id, function, raw, call_id, known)
+    known = fleet.tool(item.function) if item.function in fleet.registry else None
     # No tool here: the secrets the workers announced for it, else (None) none is known, so
     # keep the names and hide every value.
-    secret = fleet.announced_secret_args(item.function)
+    secret = known.secret_args if known is not None else fleet.announced_secret_args(function)
+    try:
+        if isinstance(item.arguments, Mapping):
+            raw = dict(item.arguments)
+        elif isinstance(item.arguments, str):
+            # The model's text that was not a JSON object: a bounded preview of it.
+            raw = bounded_arguments(item.arguments, secret)
+        else:
+            raw = {}
+    except Exception:
+        raw = {}
+    if known is not None:
+        return _context(item, branch_id, function, raw, call_id, known)
     return _context(item, branch_id, function, shown_arguments(raw, secret), call_id)
 
 

@@ -16,7 +16,7 @@ from toolfleet.dispatcher.govern.hooks import HookPoint
 from toolfleet.dispatcher.history.history import Unit, link_pair
 from toolfleet.schemas.action import ActionResponseModel
 from toolfleet.schemas.messages import ActionRequest, ActionResponse
-from toolfleet.schemas.record import EventRecord
+from toolfleet.schemas.record import EventRecord, bounded_arguments
 from toolfleet.schemas.serialize import format_error
 from toolfleet.schemas.status import EventStatus
 from toolfleet.schemas.wire import CallResult
@@ -96,7 +96,8 @@ def aborted_unit(
     once the unit is written (suppress_errors=False); ``hook`` emits TOOL_ERROR.
     """
     error = format_error(exc)
-    arguments = ctx.public_arguments
+    # Refused before enqueue: a preview of its arguments, never a refused payload whole.
+    arguments = bounded_arguments(ctx.public_arguments)
     output = {"error": error, "function": ctx.function, "arguments": arguments}
     record = EventRecord.not_run(
         ctx.function,

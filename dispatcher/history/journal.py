@@ -35,7 +35,7 @@ from toolfleet.dispatcher.govern.session_signals import HistoryWriteFailed, Sign
 from toolfleet.dispatcher.history.durable import DurableLog
 from toolfleet.schemas.errors import MalformedRequestError
 from toolfleet.schemas.keys import Keys
-from toolfleet.schemas.record import shown_arguments
+from toolfleet.schemas.record import bounded_arguments, shown_arguments
 from toolfleet.workers.registry import Registry
 
 __all__ = [
@@ -103,13 +103,17 @@ def journal_calls(
         if isinstance(item, MalformedRequestError):
             calls.append(JournalCall(call_id, "", {}, item.tool_call_id or ""))
             continue
-        raw = item.arguments if isinstance(item.arguments, dict) else {}
         secret: frozenset[str] | None = None  # unknown: every value hidden
         if item.function in registry:
             secret = registry.get(item.function).secret_args
         elif announced is not None:
             secret = announced(item.function)  # the workers' word on which are secret
-        public = shown_arguments(raw, secret)
+        if isinstance(item.arguments, dict):
+            # Bounded: a call too large to send is refused, and its journal entry (kept as
+            # long as the batch) must not hold the refused payload.
+            public = bounded_arguments(shown_arguments(item.arguments, secret))
+        else:
+            public = bounded_arguments(item.arguments, secret) if item.arguments else {}
         calls.append(JournalCall(call_id, item.function, public, item.tool_call_id or ""))
     return calls
 

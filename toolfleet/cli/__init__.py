@@ -28,7 +28,7 @@ _COMMANDS: dict[str, str] = {
     "worker": "toolfleet.cli.worker",
     "flower": "toolfleet.cli.flower",
     "status": "toolfleet.cli.admin",
-    "history": "toolfleet.cli.admin",
+    "history": "toolfleet.cli.history",
     "recover": "toolfleet.cli.recover",
     "tools": "toolfleet.cli.tools",
     "mcp": "toolfleet.cli.mcp",

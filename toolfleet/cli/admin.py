@@ -8,36 +8,33 @@ the data the embedded Redis saved when the last one stopped.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import json
 import os
 import shutil
-import sys
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
-from rich.text import Text
 
-from toolfleet.cli.broker_probe import check_reachable, mask_url
+from toolfleet.cli.broker_probe import check_reachable, queue_depths
 from toolfleet.schemas.errors import ConfigurationError
-from toolfleet.schemas.record import EventRecord
-from toolfleet.schemas.settings import ENV_PREFIX, Settings
+from toolfleet.schemas.settings import ENV_PREFIX, Settings, masked_url
 
 __all__ = [
     "fleet_settings",
     "fleet_status",
-    "load_history",
     "mask_url",
     "orphaned_batches",
     "register",
     "running_by_worker",
 ]
 
-EXIT_NOT_FOUND = 1
+
+# The name this module has always exported the one masking under.
+mask_url = masked_url
 
 _STATUS_EPILOG = """\
 Examples:
@@ -47,16 +44,6 @@ Examples:
 
 Without TOOLFLEET_BROKER_URL it inspects the embedded fleet of a `toolfleet run` or
 `toolfleet demo` running now. Exit codes: 0 shown; 2 no fleet to inspect or a bad setting.
-"""
-
-_HISTORY_EPILOG = """\
-Examples:
-  toolfleet history 3f2c1a9e-5b7d-4c1e-9a55-0d6f3b2e8c41
-  toolfleet history 3f2c1a9e-5b7d-4c1e-9a55-0d6f3b2e8c41 --json
-
-`toolfleet run` and `toolfleet demo` print the branch id of their batch. Without
-TOOLFLEET_BROKER_URL the history comes from the embedded default's saved data.
-Exit codes: 0 shown; 1 no history stored under BRANCH_ID; 2 a bad setting.
 """
 
 
@@ -79,20 +66,6 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     )
     status.add_argument("--json", action="store_true", help="print one JSON object")
     status.set_defaults(func=_status)
-
-    history = subparsers.add_parser(
-        "history",
-        help="a branch's stored history: each call's request and response, in order",
-        description="Show the ActionRequest/ActionResponse messages stored for BRANCH_ID, "
-        "in the order they were written.",
-        epilog=_HISTORY_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    history.add_argument("branch_id", metavar="BRANCH_ID")
-    history.add_argument(
-        "--json", action="store_true", help="print {branch_id, messages, events} as JSON"
-    )
-    history.set_defaults(func=_history)
 
 
 @contextlib.contextmanager
@@ -178,7 +151,7 @@ def fleet_status(settings: Settings, *, timeout_s: float) -> dict[str, Any]:
     """Workers online (with their running calls), queue depths and calls in flight."""
     import redis
 
-    from toolfleet.dispatcher.send.kombu_internals import count_queued, count_reserved
+    from toolfleet.dispatcher.send.kombu_internals import count_reserved
     from toolfleet.schemas.keys import Keys
     from toolfleet.workers.app import create_app, redis_url_of
 
@@ -188,12 +161,9 @@ def fleet_status(settings: Settings, *, timeout_s: float) -> dict[str, Any]:
         active: dict[str, list[dict[str, Any]]] = (
             app.control.inspect(timeout=timeout_s).active() or {}
         )
+        queues = queue_depths(app, [settings.queue_for("sync"), settings.queue_for("async")])
         client = redis.Redis.from_url(redis_url_of(app))
         try:
-            queues = {
-                queue: count_queued(client, queue)
-                for queue in (settings.sync_queue, settings.async_queue)
-            }
             running = running_by_worker(client, Keys(settings.key_prefix))
             in_flight = sum(running.values())
             unacked = count_reserved(client)
@@ -226,7 +196,7 @@ def fleet_status(settings: Settings, *, timeout_s: float) -> dict[str, Any]:
 def _status(args: argparse.Namespace) -> int:
     with _fleet_settings(start_saved=False) as (settings, source):
         status = fleet_status(settings, timeout_s=args.timeout)
-    status["broker"] = mask_url(str(settings.broker_url))
+    status["broker"] = masked_url(str(settings.broker_url))
     status["source"] = source
     if args.json:
         print(json.dumps(status))
@@ -254,111 +224,4 @@ def _status(args: argparse.Namespace) -> int:
             f"[yellow]batch {batch['batch_id']} of branch {batch['branch_id']}: its dispatcher "
             f"is gone; complete its history with `toolfleet recover {batch['branch_id']}`[/]"
         )
-    return 0
-
-
-# -- history ---------------------------------------------------------------------------------
-
-
-def load_history(settings: Settings, branch_id: str) -> tuple[list[Any], list[EventRecord]]:
-    """The messages and event records stored for ``branch_id``, in written order."""
-    import redis.asyncio as aioredis
-
-    from toolfleet.dispatcher.history.history import load_records
-    from toolfleet.schemas.keys import Keys
-    from toolfleet.workers.app import create_app, redis_url_of
-
-    app = create_app(settings)
-    url = redis_url_of(app)
-    app.close()
-    check_reachable(url, settings.broker_url)
-
-    async def load() -> tuple[list[Any], list[EventRecord]]:
-        client = aioredis.Redis.from_url(url)
-        try:
-            messages, events = await load_records(client, Keys(settings.key_prefix), branch_id)
-        finally:
-            await client.aclose()
-        return list(messages), events
-
-    return asyncio.run(load())
-
-
-def _find_history(branch_id: str) -> tuple[list[Any], list[EventRecord], list[str]]:
-    """The branch's messages and events from the first store that has them, and every store
-    looked in: TOOLFLEET_BROKER_URL, else each embedded fleet running now and each one's
-    saved data (embedded runs at the same time keep theirs apart)."""
-    from toolfleet.cli.embedded import EmbeddedRedis, live_fleets, run_dir, saved_data_dirs
-
-    settings = Settings.from_env()
-    if settings.broker_url:
-        messages, events = load_history(settings, branch_id)
-        return messages, events, [ENV_PREFIX + "BROKER_URL"]
-    looked: list[str] = []
-    for pid, url in live_fleets(settings):
-        looked.append(f"the embedded fleet of pid {pid}")
-        messages, events = load_history(settings.model_copy(update={"broker_url": url}), branch_id)
-        if messages or events:
-            return messages, events, looked
-    reader_dir = run_dir(settings) / "run" / f"reader-{os.getpid()}"
-    for data_dir in saved_data_dirs(settings):
-        saved = EmbeddedRedis(
-            run_dir=reader_dir, data_dir=data_dir, save_on_stop=False, spill_over=False
-        )
-        try:
-            url = saved.start()
-            if not saved.persistent:
-                continue  # held by a fleet running now, which was read above
-            looked.append(f"saved data in {data_dir}")
-            found = settings.model_copy(update={"broker_url": url})
-            messages, events = load_history(found, branch_id)
-        finally:
-            saved.stop()
-            shutil.rmtree(reader_dir, ignore_errors=True)
-        if messages or events:
-            return messages, events, looked
-    return [], [], looked or [f"saved data in {run_dir(settings) / 'embedded'} (none yet)"]
-
-
-def _history(args: argparse.Namespace) -> int:
-    messages, events, looked = _find_history(args.branch_id)
-    if not messages and not events:
-        print(
-            f"toolfleet history: no history stored for branch {args.branch_id!r} (looked in "
-            f"{', '.join(looked)}); check the id printed by `toolfleet run`, and "
-            f"{ENV_PREFIX}BROKER_URL",
-            file=sys.stderr,
-        )
-        return EXIT_NOT_FOUND
-    if args.json:
-        payload = {
-            "branch_id": args.branch_id,
-            "messages": [m.model_dump(mode="json") for m in messages],
-            "events": [e.to_dict() for e in events],
-        }
-        print(json.dumps(payload, default=str))
-        return 0
-    out = Console()
-    table = Table(
-        title=f"branch {args.branch_id}: {len(messages)} messages, {len(events)} events",
-        header_style="bold",
-    )
-    for column in ("#", "time", "message", "function", "arguments / output"):
-        table.add_column(column, overflow="fold")
-    for number, message in enumerate(messages, start=1):
-        content = message.content
-        if message.role == "action_request":
-            detail = Text(json.dumps(content.arguments, default=str))
-        elif content.error is not None:
-            detail = Text(f"error: {content.error}", style="red")
-        else:
-            detail = Text(json.dumps(content.output, default=str))
-        table.add_row(
-            str(number),
-            message.created_at.strftime("%H:%M:%S.%f")[:-3],
-            message.role.removeprefix("action_"),
-            content.function,
-            detail,
-        )
-    out.print(table)
     return 0
