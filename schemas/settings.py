@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 import warnings
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -97,22 +98,38 @@ class Settings(BaseModel):
         """A Redis key under this fleet's prefix."""
         return ":".join((self.key_prefix, *parts))
 
+    def queue_for(self, kind: str | None) -> str:
+        """The queue of a ``kind`` tool's calls (``Tool.kind``) and of a ``--kind`` worker:
+        the asyncio pool's for "async", the prefork pool's for anything else."""
+        return self.async_queue if kind == "async" else self.sync_queue
+
 
 _HOST_SCHEMES = ("redis", "rediss")
 _SOCKET_SCHEMES = ("redis+socket", "socket")
 _URL_EXAMPLE = "redis://host:6379/0, rediss://host:6380/0 or redis+socket:///path/to/redis.sock"
 
 
-def masked_url(value: Any) -> Any:
-    """A URL's password as ``***``, so an error message never prints it."""
-    if not isinstance(value, str) or "@" not in value:
+_Shown = TypeVar("_Shown")
+# A URL's userinfo: everything between "scheme://" and the last "@" before the host's end.
+_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^\s/?#]*)@")
+# A password passed as a query parameter (redis-py reads ``?password=``).
+_PASSWORD_PARAM = re.compile(r"(?P<name>[?&]password=)[^&#\s]*", re.IGNORECASE)
+
+
+def masked_url(value: _Shown) -> _Shown:
+    """``value`` with the password of every URL in it as ``***`` (``redis://:***@host/0``):
+    a URL, or a text that holds URLs (an error message, a log line). The one masking of
+    toolfleet: every broker URL an error, a log line, a record or a result shows goes
+    through it. Anything but a string is returned as it is."""
+    if not isinstance(value, str) or ("@" not in value and "password=" not in value.lower()):
         return value
-    head, _, tail = value.rpartition("@")
-    scheme, sep, userinfo = head.partition("://")
-    if not sep or ":" not in userinfo:
-        return value
-    user = userinfo.split(":", 1)[0]
-    return f"{scheme}://{user}:***@{tail}"
+
+    def hide(match: re.Match[str]) -> str:
+        user, colon, _password = match["userinfo"].partition(":")
+        return f"{match['scheme']}{user}:***@" if colon else match[0]
+
+    shown = _USERINFO.sub(hide, value)
+    return _PASSWORD_PARAM.sub(lambda m: f"{m['name']}***", shown)  # type: ignore[return-value]
 
 
 def check_broker_url(url: str) -> str:

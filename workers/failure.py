@@ -14,12 +14,12 @@ import builtins
 from typing import Any
 
 import redis
-from kombu.utils.url import maybe_sanitize_url
 from pydantic import ValidationError
 
 import toolfleet.schemas.errors as toolfleet_errors
 from toolfleet.schemas.errors import BrokerError
 from toolfleet.schemas.record import not_run_result
+from toolfleet.schemas.settings import masked_url
 from toolfleet.schemas.status import EventStatus
 from toolfleet.schemas.wire import CallMessage, CallResult
 from toolfleet.workers.guard import reply_to_problem
@@ -68,9 +68,9 @@ def record_if_absent(
         # It is said only after Redis stayed unreachable past the outage limit, and
         # without claiming the tool ran: whether it did is not known here.
         exc = BrokerError(
-            f"the broker {maybe_sanitize_url(runtime.redis_url)} failed while the worker "
+            f"the broker {masked_url(runtime.redis_url)} failed while the worker "
             f"started or recorded call {msg.call_id} of tool {msg.function!r} "
-            f"({type(exc).__name__}: {exc}) and was not back within "
+            f"({type(exc).__name__}: {masked_url(str(exc))}) and was not back within "
             f"TOOLFLEET_OUTAGE_LIMIT_S={runtime.settings.outage_limit_s:g}s; whether the tool "
             f"ran is unknown. Check its effects before re-running the call"
         )

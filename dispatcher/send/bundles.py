@@ -15,10 +15,10 @@ from typing import Any
 import redis
 from celery import Celery
 from kombu.exceptions import KombuError, OperationalError
-from kombu.utils.url import maybe_sanitize_url
 
 from toolfleet.schemas import tracing
 from toolfleet.schemas.errors import BrokerError, ConfigurationError
+from toolfleet.schemas.settings import masked_url
 from toolfleet.schemas.tasks import EXECUTE_MANY_TASK
 from toolfleet.schemas.tool import Tool
 from toolfleet.schemas.wire import CallMessage
@@ -53,7 +53,7 @@ def publish_bundles(
     settings = settings_of(app)
     by_queue: dict[str, list[tuple[CallMessage, Tool]]] = {}
     for message, tool in calls:
-        queue = settings.async_queue if tool.kind == "async" else settings.sync_queue
+        queue = settings.queue_for(tool.kind)
         by_queue.setdefault(queue, []).append((message, tool))
     task_ids = []
     with publishing(app, "batched calls") as producer:
@@ -85,10 +85,10 @@ def publishing(app: Celery, what: str) -> Iterator[Any]:
         with app.producer_or_acquire() as producer:
             yield producer
     except (OperationalError, KombuError, redis.RedisError, OSError) as exc:
-        url = maybe_sanitize_url(str(app.conf.broker_url))
         raise BrokerError(
-            f"cannot enqueue {what} on broker {url}: {exc}; check that Redis is running and "
-            f"TOOLFLEET_BROKER_URL points at it"
+            f"cannot enqueue {what} on broker {masked_url(str(app.conf.broker_url))}: "
+            f"{masked_url(str(exc))}; check that Redis is running and TOOLFLEET_BROKER_URL "
+            f"points at it"
         ) from exc
 
 

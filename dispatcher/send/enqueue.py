@@ -18,6 +18,7 @@ from toolfleet.dispatcher.send.bundles import publishing
 from toolfleet.schemas import tracing
 from toolfleet.schemas.function_calling import redact
 from toolfleet.schemas.keys import Keys
+from toolfleet.schemas.outage import broker_unreachable
 from toolfleet.schemas.settings import Settings
 from toolfleet.schemas.tasks import EXECUTE_TASK, task_id_for
 from toolfleet.schemas.tool import Tool
@@ -76,7 +77,7 @@ def send_options(
         "kwargsrepr": "{}",
         "headers": tracing.trace_headers((message,)),
     }
-    queue = settings.async_queue if tool.kind == "async" else settings.sync_queue
+    queue = settings.queue_for(tool.kind)
     limit_s = message.timeout_s or tool.timeout_s
     if tool.kind != "async" and limit_s:
         # The prefork pool interrupts a blocking tool with SoftTimeLimitExceeded.
@@ -91,7 +92,7 @@ def is_outage(error: BaseException) -> bool:
     cause = error.__cause__
     if isinstance(cause, OperationalError):  # kombu's wrapper of a connection failure
         return True
-    return isinstance(cause, redis.ConnectionError | redis.TimeoutError | OSError)
+    return cause is not None and broker_unreachable(cause)
 
 
 def revoke_calls(app: Celery, task_ids: Iterable[str]) -> None:

@@ -5,9 +5,9 @@ reply lists: a call in flight then never gets a result. The watch notices the re
 ``run_id`` changes), gives running calls a grace period to report to the new instance, then
 looks up every call still awaited: a stored record is delivered, a call still queued, reserved
 or started (a broker that kept its data) goes on, and a call found nowhere is failed with a
-BrokerError naming the broker. A broker unreachable for longer than ``OUTAGE_LIMIT_S``
-fails every awaited call the same way. The batch turns that error into a FAILED record that is
-stored first (so no worker runs the call later) and revokes it.
+BrokerError naming the broker. A broker unreachable for longer than ``Settings.outage_limit_s``
+(``TOOLFLEET_OUTAGE_LIMIT_S``) fails every awaited call the same way. The batch turns that error
+into a FAILED record that is stored first (so no worker runs the call later) and revokes it.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ import uuid
 from collections.abc import Callable, Sequence
 
 import redis.asyncio as aioredis
-from kombu.utils.url import maybe_sanitize_url
 from redis.exceptions import RedisError
 
 from toolfleet.dispatcher.watch.collector import Collector
@@ -27,16 +26,15 @@ from toolfleet.dispatcher.watch.stopping import cancel_and_wait, raise_if_cancel
 from toolfleet.dispatcher.watch.whereabouts import Place, locate
 from toolfleet.schemas.errors import BrokerError
 from toolfleet.schemas.keys import Keys
+from toolfleet.schemas.settings import Settings, masked_url
 
-__all__ = ["CHECK_INTERVAL_S", "OUTAGE_LIMIT_S", "RESTART_GRACE_S", "BrokerWatch"]
+__all__ = ["CHECK_INTERVAL_S", "RESTART_GRACE_S", "BrokerWatch"]
 
 log = logging.getLogger(__name__)
 
 CHECK_INTERVAL_S = 0.5
 # After a restart, running calls get this long to report to the new instance.
 RESTART_GRACE_S = 3.0
-# An unreachable broker fails the awaited calls after this long (it may never come back).
-OUTAGE_LIMIT_S = 30.0
 # The broker mark is rewritten this often (and lives twice as long).
 _MARK_REFRESH_S = 3600.0
 
@@ -53,17 +51,20 @@ class BrokerWatch:
         *,
         pools: Sequence[aioredis.ConnectionPool] = (),
         clock: Callable[[], float] = time.monotonic,
-        outage_limit_s: float = OUTAGE_LIMIT_S,
+        outage_limit_s: float | None = None,
         queues: Sequence[str] = (),
         on_restart: Callable[[], None] | None = None,
     ) -> None:
         self.client = client
         self.collector = collector
         self.keys = keys
-        self.broker_url = maybe_sanitize_url(broker_url)
+        self.broker_url = masked_url(broker_url)
         self._clock = clock
-        # TOOLFLEET_OUTAGE_LIMIT_S; an outage shorter than this fails no call.
-        self.outage_limit_s = outage_limit_s
+        # TOOLFLEET_OUTAGE_LIMIT_S; an outage shorter than this fails no call, a longer one
+        # fails the awaited calls (the broker may never come back). None: Settings' default.
+        self.outage_limit_s = (
+            Settings().outage_limit_s if outage_limit_s is None else outage_limit_s
+        )
         # The queues a restart is checked against: a broker that kept its data (appendonly)
         # still holds the queued and reserved messages, and those calls are not lost.
         self.queues = tuple(queues)
@@ -108,11 +109,12 @@ class BrokerWatch:
             now = self._clock()
             if self._down_since is None:
                 self._down_since = now
-                log.warning("broker %s unreachable: %s", self.broker_url, exc)
+                log.warning("broker %s unreachable: %s", self.broker_url, masked_url(str(exc)))
             elif now - self._down_since > self.outage_limit_s:
                 self._fail_all(
                     f"the broker {self.broker_url} has been unreachable for over "
-                    f"{self.outage_limit_s:g}s ({exc}); the call's result cannot arrive. Restart "
+                    f"{self.outage_limit_s:g}s ({masked_url(str(exc))}); the call's result "
+                    f"cannot arrive. Restart "
                     f"Redis and re-run the call if the tool is safe to repeat"
                 )
             return

@@ -22,6 +22,7 @@ from toolfleet.cli import EXIT_USAGE
 from toolfleet.cli import flower as flower_cli
 from toolfleet.cli.flower import STATE_FILE_NAME, flower_argv
 from toolfleet.schemas.errors import ConfigurationError
+from toolfleet.schemas.settings import masked_url
 
 _START_DEADLINE_S = 30.0
 
@@ -199,7 +200,7 @@ def test_without_a_broker_url_monitors_the_running_embedded_fleet(
 
 
 def test_the_embedded_redis_password_is_not_printed() -> None:
-    masked = flower_cli._without_password("redis://:s3cret@127.0.0.1:6380/0")
+    masked = masked_url("redis://:s3cret@127.0.0.1:6380/0")
     assert masked == "redis://:***@127.0.0.1:6380/0"
 
 

@@ -19,7 +19,7 @@ import redis.asyncio as aioredis
 from tests.support.fleet import WorkerProcess, assert_linked_pairs, call, start_worker
 from tests.support.reliability_support import PrivateRedis, free_port
 from toolfleet.dispatcher import Branch, Fleet
-from toolfleet.dispatcher.watch.broker_watch import OUTAGE_LIMIT_S, BrokerWatch
+from toolfleet.dispatcher.watch.broker_watch import BrokerWatch
 from toolfleet.dispatcher.watch.collector import Collector
 from toolfleet.schemas.action import ActionResponseModel, CallParams
 from toolfleet.schemas.errors import BrokerError
@@ -117,7 +117,7 @@ def test_a_broker_restart_mid_batch_ends_every_call_within_the_deadline(
 
 
 def test_a_broker_down_past_the_outage_limit_fails_every_awaited_call() -> None:
-    """Nothing listens on the port: after OUTAGE_LIMIT_S of failed checks, every awaited call
+    """Nothing listens on the port: after the outage limit of failed checks, every awaited call
     ends with a BrokerError naming the broker instead of waiting forever."""
     port = free_port()
     url = f"redis://127.0.0.1:{port}/0"
@@ -134,7 +134,7 @@ def test_a_broker_down_past_the_outage_limit_fails_every_awaited_call() -> None:
         try:
             await watch.check()  # first failure: the outage starts
             assert not future.done()
-            now[0] += OUTAGE_LIMIT_S + 1
+            now[0] += Settings().outage_limit_s + 1
             await watch.check()
             return future.exception(), len(collector.awaited())
         finally:

@@ -12,13 +12,12 @@ import os
 import sys
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 from toolfleet.cli.broker_probe import check_reachable
 from toolfleet.cli.embedded import live_fleets, run_dir
 from toolfleet.cli.flower_internals import FlowerServer, ToolTask, track_calls
 from toolfleet.schemas.errors import ConfigurationError
-from toolfleet.schemas.settings import ENV_PREFIX, Settings
+from toolfleet.schemas.settings import ENV_PREFIX, Settings, masked_url
 
 __all__ = [
     "STATE_FILE_NAME",
@@ -94,7 +93,7 @@ def _resolve(settings: Settings) -> tuple[str, int | None]:
     for pid, embedded_url in live_fleets(settings):
         print(
             f"toolfleet flower: monitoring the embedded fleet of pid {pid} at "
-            f"{_without_password(embedded_url)}; Flower stops when that fleet stops",
+            f"{masked_url(embedded_url)}; Flower stops when that fleet stops",
             file=sys.stderr,
         )
         return embedded_url, pid
@@ -235,12 +234,3 @@ def _celery_app(settings: Settings, broker_url: str) -> Any:
     from toolfleet.workers.app import create_app
 
     return create_app(resolved)
-
-
-def _without_password(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rsplit("@", 1)[-1]
-    user = parts.username or ""
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc}"))

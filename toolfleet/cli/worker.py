@@ -144,7 +144,7 @@ def run_worker(
         signals.worker_shutdown.connect(_flush_spans, weak=False)
     app = create_app(settings, registry=registry)
     _wait_for_broker(app, str(settings.broker_url))
-    queue = settings.sync_queue if kind == "sync" else settings.async_queue
+    queue = settings.queue_for(kind)
     if kind == "async":
         app.conf.worker_pool = ASYNC_POOL
         app.conf.worker_prefetch_multiplier = settings.async_prefetch
