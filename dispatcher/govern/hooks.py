@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import inspect
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
+
+from toolfleet.dispatcher.govern.callbacks import call_user, callback_name, error_text
 
 __all__ = ["HookBus", "HookFailure", "HookHandler", "HookPoint", "StopHook"]
 
@@ -64,7 +65,7 @@ class HookBus:
         """Run TOOL_PRE handlers in order; StopHook ends the chain, anything else raises."""
         for handler in self.handlers(HookPoint.TOOL_PRE):
             try:
-                await _call(handler, {"point": HookPoint.TOOL_PRE, **payload})
+                await call_user(handler, {"point": HookPoint.TOOL_PRE, **payload})
             except StopHook:
                 return
 
@@ -76,12 +77,12 @@ class HookBus:
         failures: list[HookFailure] = []
         for handler in self.handlers(point):
             try:
-                await _call(handler, {"point": point, **payload})
+                await call_user(handler, {"point": point, **payload})
             except StopHook:
                 break  # lionagi's semantics: the chain ends here, and nothing failed
             except Exception as exc:
-                name = _name(handler)
-                log.warning("%s hook %s failed: %s: %s", point, name, type(exc).__name__, exc)
+                name = callback_name(handler)
+                log.warning("%s hook %s failed: %s", point, name, error_text(exc))
                 failures.append(HookFailure(point, name, exc))
         return failures
 
@@ -93,13 +94,3 @@ def _point(point: HookPoint | str) -> HookPoint:
         raise ValueError(
             f"unknown hook point {point!r}; use one of {[p.value for p in HookPoint]}"
         ) from None
-
-
-async def _call(handler: HookHandler, payload: dict[str, Any]) -> None:
-    result = handler(payload)
-    if inspect.isawaitable(result):
-        await result
-
-
-def _name(handler: Any) -> str:
-    return str(getattr(handler, "__qualname__", None) or repr(handler))

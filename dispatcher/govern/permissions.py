@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from toolfleet.dispatcher.accept.context import CallContext
+from toolfleet.dispatcher.govern.callbacks import call_user
 from toolfleet.dispatcher.govern.hooks import HookHandler, HookPoint
 from toolfleet.schemas.action import ToolInvocation
 from toolfleet.schemas.errors import ConfigurationError
@@ -85,9 +86,7 @@ class PermissionPolicy:
             return decision
         if self.on_escalate is None:
             return PermissionDecision("deny", decision.reason + "; no on_escalate to approve it")
-        approved = self.on_escalate(tool_name, action, dict(args))
-        if inspect.isawaitable(approved):
-            approved = await approved
+        approved = await call_user(self.on_escalate, tool_name, action, dict(args))
         if approved:
             return PermissionDecision("allow", decision.reason + "; approved by on_escalate")
         return PermissionDecision("deny", decision.reason + "; refused by on_escalate")

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import inspect
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from toolfleet.dispatcher.branch import Branch
 from toolfleet.dispatcher.fleet import Fleet
+from toolfleet.dispatcher.govern.callbacks import call_user, callback_name, error_text
 from toolfleet.dispatcher.govern.session_signals import Signal
 from toolfleet.dispatcher.history.recorder import EventObserver
 from toolfleet.schemas.action import ToolInvocation
@@ -52,14 +52,12 @@ class Session:
     async def authorize(self, invocation: ToolInvocation) -> str | None:
         """None when every gate allows, else the reason the call is denied."""
         for check in self._gates:
-            name = getattr(check, "__qualname__", None) or repr(check)
+            name = callback_name(check)
             try:
-                verdict = check(invocation)
-                if inspect.isawaitable(verdict):
-                    verdict = await verdict
+                verdict = await call_user(check, invocation)
             except Exception as exc:
                 log.warning("gate %s raised on %s: %r", name, invocation.function, exc)
-                return f"gate {name} raised {type(exc).__name__}: {exc}"
+                return f"gate {name} raised {error_text(exc)}"
             if not verdict:
                 return f"gate {name} returned {verdict!r}"
         return None

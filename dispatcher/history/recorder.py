@@ -11,12 +11,12 @@ branch.
 
 from __future__ import annotations
 
-import inspect
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from toolfleet.dispatcher.fleet import Fleet
+from toolfleet.dispatcher.govern.callbacks import call_user, callback_name, error_text
 from toolfleet.dispatcher.govern.hooks import HookBus
 from toolfleet.dispatcher.govern.session_signals import CallbackFailed, HistoryWriteFailed, Signal
 from toolfleet.dispatcher.history.durable import Progress
@@ -65,7 +65,7 @@ class HistoryRecorder:
             for failure in await self.hooks.emit(unit.hook_point, unit.hook_payload):
                 self.signal(
                     CallbackFailed(
-                        unit.call_id, str(failure.point), failure.handler, _text(failure.error)
+                        unit.call_id, str(failure.point), failure.handler, error_text(failure.error)
                     )
                 )
         attributes = {tracing.ATTR_BRANCH_ID: self.branch_id, "toolfleet.calls": len(units)}
@@ -102,14 +102,8 @@ class HistoryRecorder:
         self, handler: Callable[[Any], Any], arg: Any, call_id: str | None, where: str
     ) -> None:
         try:
-            result = handler(arg)
-            if inspect.isawaitable(result):
-                await result
+            await call_user(handler, arg)
         except Exception as exc:
-            name = str(getattr(handler, "__qualname__", None) or repr(handler))
-            log.warning("branch %s: %s %s failed: %s", self.branch_id, where, name, _text(exc))
-            self.signal(CallbackFailed(call_id, where, name, _text(exc)))
-
-
-def _text(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"
+            name = callback_name(handler)
+            log.warning("branch %s: %s %s failed: %s", self.branch_id, where, name, error_text(exc))
+            self.signal(CallbackFailed(call_id, where, name, error_text(exc)))
