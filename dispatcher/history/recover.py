@@ -29,7 +29,7 @@ from toolfleet.dispatcher.history.journal import (
     progress_key,
 )
 from toolfleet.dispatcher.watch.cancel import settle_calls
-from toolfleet.dispatcher.watch.whereabouts import Place, locate
+from toolfleet.dispatcher.watch.whereabouts import NowhereTwice, Place, locate
 from toolfleet.schemas.action import ActionResponseModel
 from toolfleet.schemas.errors import DispatcherLostError
 from toolfleet.schemas.record import EventRecord
@@ -112,11 +112,11 @@ async def _settle(
 ) -> list[Unit]:
     """Wait for the calls still in flight; return every call's unit, in input order."""
     records: dict[str, CallResult] = {}
-    nowhere_since: dict[str, float] = {}
+    nowhere: dict[str, NowhereTwice] = {}
     never_enqueued: set[str] = set()
     grace_s = fleet.settings.reconcile_grace_s
     deadline = time.monotonic() + wait_s
-    queues = [fleet.settings.sync_queue, fleet.settings.async_queue]
+    queues = [fleet.settings.queue_for("sync"), fleet.settings.queue_for("async")]
     while True:
         pending = [c for c in calls if c.call_id not in records and c.call_id not in never_enqueued]
         if on_progress is not None:
@@ -129,13 +129,9 @@ async def _settle(
             sighting = sightings[call.call_id]
             if sighting.place == Place.FINISHED and sighting.record is not None:
                 records[call.call_id] = CallResult.model_validate_json(sighting.record)
-            elif sighting.place == Place.NOWHERE:
+            elif nowhere.setdefault(call.call_id, NowhereTwice()).saw(sighting.place, now, grace_s):
                 # Nowhere twice a grace apart: not in transit, so never enqueued (or lost).
-                first = nowhere_since.setdefault(call.call_id, now)
-                if now - first >= grace_s:
-                    never_enqueued.add(call.call_id)
-            else:
-                nowhere_since.pop(call.call_id, None)
+                never_enqueued.add(call.call_id)
         if time.monotonic() >= deadline:
             break
         await asyncio.sleep(_POLL_S)

@@ -25,14 +25,14 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from toolfleet.dispatcher.watch.collector import Collector
 from toolfleet.dispatcher.watch.stopping import cancel_and_wait, raise_if_cancelled
-from toolfleet.dispatcher.watch.whereabouts import Place, Sighting, locate
+from toolfleet.dispatcher.watch.whereabouts import NowhereTwice, Place, Sighting, locate
 from toolfleet.schemas.errors import CallLostError, NoWorkerError
 from toolfleet.schemas.keys import Keys
 from toolfleet.schemas.liveness import live_since
@@ -70,7 +70,7 @@ class Attempt:
     queue: str
     published_s: float
     republished: bool = False
-    nowhere_since_s: float | None = None
+    nowhere: NowhereTwice = field(default_factory=NowhereTwice)
     last_seen: str | None = None
     last_seen_s: float = 0.0
 
@@ -111,7 +111,7 @@ class Reconciler:
     # -- tracking ----------------------------------------------------------------------
 
     def queue_of(self, tool: Tool) -> str:
-        return self.settings.async_queue if tool.kind == "async" else self.settings.sync_queue
+        return self.settings.queue_for(tool.kind)
 
     async def published(self, calls: Sequence[tuple[CallMessage, Tool]]) -> None:
         """Track calls now on the broker; warn at once about a queue nobody consumes."""
@@ -135,7 +135,7 @@ class Reconciler:
         duplicate harmless)."""
         for tracked in self._tracked.values():
             tracked.republished = False
-            tracked.nowhere_since_s = None
+            tracked.nowhere.reset()
 
     @property
     def tracked(self) -> int:
@@ -274,17 +274,14 @@ class Reconciler:
             sighting = sightings[key[0]]
             if sighting.place == Place.FINISHED:
                 self._finished(key, tracked, sighting)
-            elif sighting.place != Place.NOWHERE:
-                tracked.nowhere_since_s = None
-                tracked.last_seen = sighting.describe()
-                tracked.last_seen_s = now
-            elif tracked.nowhere_since_s is None:
-                tracked.nowhere_since_s = now
-            elif now - tracked.nowhere_since_s >= grace_s:
+            elif tracked.nowhere.saw(sighting.place, now, grace_s):
                 if tracked.republished:
                     self._lost(key, tracked)
                 else:
                     republish.append(tracked)
+            elif sighting.place != Place.NOWHERE:
+                tracked.last_seen = sighting.describe()
+                tracked.last_seen_s = now
         if republish:
             await self._republish(republish)
 
@@ -310,7 +307,7 @@ class Reconciler:
         now = self._clock()
         for tracked in calls:
             tracked.republished = True
-            tracked.nowhere_since_s = None
+            tracked.nowhere.reset()
             tracked.published_s = now
 
     def _lost(self, key: tuple[str, int], tracked: Attempt) -> None:

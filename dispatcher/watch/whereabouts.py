@@ -28,7 +28,7 @@ from toolfleet.schemas.keys import Keys
 from toolfleet.schemas.liveness import StartedMarker
 from toolfleet.schemas.tasks import EXECUTE_TASK
 
-__all__ = ["Place", "Sighting", "call_ids_of", "locate"]
+__all__ = ["NowhereTwice", "Place", "Sighting", "call_ids_of", "locate"]
 
 
 class Place:
@@ -52,6 +52,34 @@ class Sighting:
 
     def describe(self) -> str:
         return f"{self.place} ({self.detail})" if self.detail else self.place
+
+
+@dataclass(slots=True)
+class NowhereTwice:
+    """Tells a call lost from one in transit: lost once it was found *nowhere* at two looks
+    ``grace_s`` apart (kombu leaves a message nowhere for a moment between popping it and
+    recording its reservation), with no look between them that found it somewhere.
+
+    One per call, told the place of each look (:meth:`saw`). The reconciler republishes a
+    call it says is lost, ``toolfleet recover`` records it never enqueued.
+    """
+
+    since_s: float | None = None  # when the current run of "nowhere" looks began
+
+    def saw(self, place: str, now_s: float, grace_s: float) -> bool:
+        """Note one look at the call (``Place``), taken at ``now_s``; True when it has now
+        been found nowhere twice, ``grace_s`` apart."""
+        if place != Place.NOWHERE:
+            self.since_s = None
+            return False
+        if self.since_s is None:
+            self.since_s = now_s
+            return False
+        return now_s - self.since_s >= grace_s
+
+    def reset(self) -> None:
+        """Start counting afresh (the call was sent again)."""
+        self.since_s = None
 
 
 def call_ids_of(raw: bytes | str) -> set[str]:
