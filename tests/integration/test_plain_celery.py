@@ -1,4 +1,4 @@
-"""Issue 13 item 8: the README's plain-Celery recipe works as written.
+"""The plain-Celery recipe of docs/cli.md works as written.
 
 ``TOOLFLEET_TOOLS=mytools celery -A toolfleet.workers.app worker -Q toolfleet.sync`` is run from a
 directory holding ``mytools.py`` (not on PYTHONPATH, as for a user), and ``toolfleet run`` from
@@ -46,12 +46,13 @@ def _celery(*args: str) -> list[str]:
     return [sys.executable, "-m", "celery", *args]
 
 
-def test_the_readme_recipe_runs_a_tool_from_the_working_directory(
+def test_the_documented_recipe_runs_a_tool_from_the_working_directory(
     tmp_path: Path, broker: PrivateRedis
 ) -> None:
-    readme = (REPO_ROOT / "README.md").read_text()
+    cli_doc = (REPO_ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
     assert (
-        "TOOLFLEET_TOOLS=mytools celery -A toolfleet.workers.app worker -Q toolfleet.sync" in readme
+        "TOOLFLEET_TOOLS=mytools celery -A toolfleet.workers.app worker -Q toolfleet.sync"
+        in cli_doc
     )
     (tmp_path / "mytools.py").write_text(MYTOOLS)
     (tmp_path / "calls.jsonl").write_text('{"function": "double", "arguments": {"x": 21}}\n')

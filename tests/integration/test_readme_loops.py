@@ -1,10 +1,11 @@
-"""Issue 14 item 8: the README's "With your model's tool calls" loops run as printed.
+"""The provider loops of the documentation run as printed.
 
-The README's own code blocks (``mytools.py`` from the quick start, ``agent_openai.py``,
-``agent_anthropic.py``) are written to a folder and run in a subprocess against real workers
-that import that ``mytools``; only the SDK clients are replaced (tests/support/readme_fakes.py), by
-fakes that answer with the SDKs' own ``ChatCompletion`` / ``Message`` objects. The test reads
-what the agent sent back to the "model": every result paired with the model's id, in order.
+The code blocks of the README (``mytools.py`` from the quick start, ``agent_openai.py``) and of
+docs/agent-ecosystem.md (``agent_anthropic.py``) are written to a folder and run in a
+subprocess against real workers that import that ``mytools``; only the SDK clients are
+replaced (tests/support/readme_fakes.py), by fakes that answer with the SDKs' own
+``ChatCompletion`` / ``Message`` objects. The test reads what the agent sent back to the
+"model": every result paired with the model's id, in order.
 """
 
 from __future__ import annotations
@@ -31,18 +32,29 @@ _BLOCK = re.compile(r"```python\n(# (\S+\.py)[^\n]*\n.*?)```", re.DOTALL)
 TOOL_NAMES = ["divide", "fetch", "whoami", "word_count"]
 
 
-def readme_blocks() -> dict[str, str]:
-    """The README's python blocks that open with ``# <file>.py``, by file name."""
-    text = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+DOCUMENTS = ("README.md", "docs/agent-ecosystem.md")
+
+
+def doc_blocks(document: str) -> dict[str, str]:
+    """The python blocks of ``document`` that open with ``# <file>.py``, by file name."""
+    text = (REPO_ROOT / document).read_text(encoding="utf-8")
     return {match.group(2): match.group(1) for match in _BLOCK.finditer(text)}
+
+
+def printed_files() -> dict[str, str]:
+    """Every file the documents print, by file name."""
+    files: dict[str, str] = {}
+    for document in DOCUMENTS:
+        files.update(doc_blocks(document))
+    return files
 
 
 @pytest.fixture(scope="module")
 def readme_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, str]]:
-    """A folder holding the README's files, and a private broker with a sync and an async
+    """A folder holding the documents' files, and a private broker with a sync and an async
     worker importing its ``mytools``."""
     folder = tmp_path_factory.mktemp("readme")
-    for name, code in readme_blocks().items():
+    for name, code in printed_files().items():
         (folder / name).write_text(code, encoding="utf-8")
     server = PrivateRedis()
     server.start()
@@ -59,7 +71,7 @@ def readme_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Pat
 
 
 def run_agent(folder: Path, broker_url: str, script: str) -> tuple[list[dict[str, Any]], str]:
-    """Run the README's ``script`` with the fake clients; (requests sent, stdout)."""
+    """Run the documents' ``script`` with the fake clients; (requests sent, stdout)."""
     log = folder / f"{script}.requests.jsonl"
     log.unlink(missing_ok=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLFLEET_")}
@@ -88,8 +100,9 @@ def run_agent(folder: Path, broker_url: str, script: str) -> tuple[list[dict[str
     return requests, done.stdout
 
 
-def test_the_readme_holds_both_loops_and_the_tools_they_run() -> None:
-    assert {"mytools.py", "agent_openai.py", "agent_anthropic.py"} <= set(readme_blocks())
+def test_the_documents_hold_both_loops_and_the_tools_they_run() -> None:
+    assert {"mytools.py", "agent_openai.py"} <= set(doc_blocks("README.md"))
+    assert "agent_anthropic.py" in doc_blocks("docs/agent-ecosystem.md")
 
 
 def test_openai_loop_from_the_readme(readme_fleet: tuple[Path, str]) -> None:
@@ -113,7 +126,7 @@ def test_openai_loop_from_the_readme(readme_fleet: tuple[Path, str]) -> None:
     assert stdout.startswith("answer: call_words=6; call_div=")
 
 
-def test_anthropic_loop_from_the_readme(readme_fleet: tuple[Path, str]) -> None:
+def test_anthropic_loop_from_the_agent_ecosystem_doc(readme_fleet: tuple[Path, str]) -> None:
     requests, stdout = run_agent(*readme_fleet, "agent_anthropic.py")
     assert len(requests) == 2
 
