@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from toolfleet.schemas.provider import (
     anthropic_tool_result,
-    openai_function_call_output,
+    openai_responses_output,
     openai_tool_message,
 )
 from toolfleet.schemas.status import EventStatus
+
+if TYPE_CHECKING:
+    from anthropic.types import ToolResultBlockParam
+    from openai.types.chat import ChatCompletionToolMessageParam
+    from openai.types.responses import ResponseCustomToolCallOutputParam
+    from openai.types.responses.response_input_param import FunctionCallOutput
 
 __all__ = ["ActionResponseModel", "CallParams", "ToolInvocation"]
 
@@ -38,28 +44,34 @@ class ActionResponseModel(BaseModel):
     # The model's id of the call (OpenAI tool_call id / call_id, Anthropic tool_use id), or
     # toolfleet's call_id when the model gave none: what the provider-shaped results carry.
     tool_call_id: str | None = None
+    # What the model called: "custom" for an OpenAI custom tool call (free-form text input),
+    # answered in the Responses API by a custom_tool_call_output item; else "function".
+    tool_call_type: Literal["function", "custom"] = "function"
 
     def model_post_init(self, context: Any, /) -> None:
         # To save memory, a result with every field given shares one set of field names
         # instead of its own (about 0.7 KB per result, the biggest part of a 100,000-call
         # act()'s return value). Safe to share: setting a field adds a name already in it.
+        # Every field but tool_call_type counts as every field: its default is what such a
+        # result (any call but a custom one) would be given.
         fields_set = self.__pydantic_fields_set__
-        if len(fields_set) == len(_ALL_RESULT_FIELDS) and fields_set == _ALL_RESULT_FIELDS:
+        if len(fields_set) >= len(_ALL_BUT_TYPE) and fields_set in _SHARED_WHEN:
             object.__setattr__(self, "__pydantic_fields_set__", _ALL_RESULT_FIELDS)
 
     @property
     def success(self) -> bool:
         return self.error is None
 
-    def to_openai(self) -> dict[str, Any]:
+    def to_openai(self) -> ChatCompletionToolMessageParam:
         """The OpenAI Chat Completions ``{"role": "tool", ...}`` message for this call."""
         return openai_tool_message(self)
 
-    def to_openai_responses(self) -> dict[str, Any]:
-        """The OpenAI Responses ``function_call_output`` item for this call."""
-        return openai_function_call_output(self)
+    def to_openai_responses(self) -> FunctionCallOutput | ResponseCustomToolCallOutputParam:
+        """The OpenAI Responses ``function_call_output`` item for this call
+        (``custom_tool_call_output`` for a custom tool call)."""
+        return openai_responses_output(self)
 
-    def to_anthropic(self) -> dict[str, Any]:
+    def to_anthropic(self) -> ToolResultBlockParam:
         """The Anthropic ``tool_result`` block (``is_error`` unless COMPLETED) for this call."""
         return anthropic_tool_result(self)
 
@@ -101,3 +113,5 @@ class CallParams(BaseModel):
 
 # Every field name of ActionResponseModel; shared by the results that set them all.
 _ALL_RESULT_FIELDS: set[str] = set(ActionResponseModel.model_fields)
+_ALL_BUT_TYPE: frozenset[str] = frozenset(_ALL_RESULT_FIELDS - {"tool_call_type"})
+_SHARED_WHEN = (_ALL_RESULT_FIELDS, _ALL_BUT_TYPE)

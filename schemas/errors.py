@@ -40,6 +40,8 @@ class MalformedRequestError(ToolfleetError, ValueError):
     # The provider's id of the call, when the malformed request carried one (so its error
     # result can still be paired with it).
     tool_call_id: str | None = None
+    # "custom" when it was an OpenAI custom tool call, whose answer has its own item type.
+    tool_call_type: str = "function"
 
 
 class ArgumentValidationError(ToolfleetError, ValueError):

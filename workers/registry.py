@@ -7,12 +7,17 @@ import sys
 import threading
 import traceback
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 from pydantic import BaseModel
 
 from toolfleet.schemas.errors import ConfigurationError, DuplicateToolError, UnknownToolError
 from toolfleet.schemas.tool import Tool, is_lionagi_tool
+
+if TYPE_CHECKING:
+    from anthropic.types import ToolParam as AnthropicToolParam
+    from openai.types.chat import ChatCompletionFunctionToolParam
+    from openai.types.responses import FunctionToolParam
 
 __all__ = ["Registry", "registry", "tool"]
 
@@ -58,9 +63,22 @@ class Registry:
     def names(self) -> list[str]:
         return sorted(self._tools)
 
-    def specs(
-        self, format: str = "openai", *, names: Iterable[str] | None = None
-    ) -> list[dict[str, Any]]:
+    # Typed per format as toolfleet.workers.specs.tool_specs is (the SDKs' own TypedDicts).
+    @overload
+    def specs(  # type: ignore[overload-overlap]
+        self, format: Literal["openai"] = ..., *, names: Iterable[str] | None = None
+    ) -> list[ChatCompletionFunctionToolParam]: ...
+    @overload
+    def specs(  # type: ignore[overload-overlap]
+        self, format: Literal["openai-responses"], *, names: Iterable[str] | None = None
+    ) -> list[FunctionToolParam]: ...
+    @overload
+    def specs(  # type: ignore[overload-overlap]
+        self, format: Literal["anthropic"], *, names: Iterable[str] | None = None
+    ) -> list[AnthropicToolParam]: ...
+    @overload
+    def specs(self, format: str, *, names: Iterable[str] | None = None) -> list[dict[str, Any]]: ...
+    def specs(self, format: str = "openai", *, names: Iterable[str] | None = None) -> list[Any]:
         """The tools' definitions for a model, sorted by name (or in the order of ``names``).
 
         ``format``: ``openai`` (Chat Completions ``tools``), ``openai-responses``,

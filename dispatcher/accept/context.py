@@ -7,7 +7,7 @@ import os
 import random
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from toolfleet.schemas.action import ToolInvocation
 from toolfleet.schemas.function_calling import redact
@@ -67,6 +67,8 @@ class CallContext:
     tool_call_id: str = ""
     # The caller's own ActionRequest, which history keeps as this call's request.
     request: ActionRequest | None = None
+    # "custom": an OpenAI custom tool call, whose result renders as its own item type.
+    tool_call_type: Literal["function", "custom"] = "function"
 
     def __post_init__(self) -> None:
         if not self.tool_call_id:

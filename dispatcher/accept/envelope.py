@@ -8,7 +8,11 @@ Accepted (ADR-0012 D2, plus the shapes model providers and agent frameworks emit
 - an OpenAI Chat Completions tool call ``{"id", "type": "function", "function": {"name",
   "arguments"}}``, an OpenAI Responses ``{"type": "function_call", "call_id", "name",
   "arguments"}`` item, an Anthropic ``{"type": "tool_use", "id", "name", "input"}`` block —
-  as dicts or as the SDKs' objects (pydantic models, read through ``model_dump``).
+  as dicts or as the SDKs' objects (pydantic models, read through ``model_dump``);
+- an OpenAI custom tool call: Chat Completions ``{"id", "type": "custom", "custom": {"name",
+  "input"}}``, Responses ``{"type": "custom_tool_call", "call_id", "name", "input"}``. Its
+  input is free-form text, not JSON: the envelope keeps it as is (``tool_call_type`` "custom")
+  and :func:`custom_arguments` gives it to the tool's one string parameter.
 
 Arguments given as a JSON string (what OpenAI sends) are decoded; a string that is not a JSON
 object does not make the envelope malformed: it becomes that call's argument error, so the
@@ -20,16 +24,20 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel
 
 from toolfleet.schemas.contract import safe_repr
-from toolfleet.schemas.errors import MalformedRequestError
+from toolfleet.schemas.errors import ArgumentValidationError, MalformedRequestError
 from toolfleet.schemas.messages import ActionRequest
+from toolfleet.schemas.tool import Tool
 
 __all__ = [
     "Envelope",
+    "ToolCallType",
+    "custom_arguments",
+    "custom_parameter",
     "decode_arguments",
     "normalize",
     "normalize_batch",
@@ -40,6 +48,10 @@ __all__ = [
 _PREVIEW_CHARS = 80
 # Keys a toolfleet dict envelope may carry besides function and arguments.
 _ID_KEYS = ("tool_call_id", "id")
+# "custom": an OpenAI custom tool call (free-form text input); "function": any other call.
+ToolCallType = Literal["function", "custom"]
+# The item types that carry a tool call in a Responses API output list.
+_RESPONSES_CALLS = ("function_call", "custom_tool_call")
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +60,9 @@ class Envelope:
 
     ``tool_call_id`` is the provider's id for the call (None: toolfleet generates one);
     ``arguments_error`` says why the proposed arguments could not be read; ``request`` is a
-    toolfleet ActionRequest given as the envelope, which history then keeps as is.
+    toolfleet ActionRequest given as the envelope, which history then keeps as is;
+    ``tool_call_type`` "custom" marks an OpenAI custom tool call, whose ``arguments`` are its
+    free-form input text.
     """
 
     function: str
@@ -56,6 +70,7 @@ class Envelope:
     tool_call_id: str | None = None
     arguments_error: str | None = None
     request: ActionRequest | None = None
+    tool_call_type: ToolCallType = "function"
 
 
 def normalize(request: Any) -> Envelope:
@@ -100,7 +115,8 @@ def normalize(request: Any) -> Envelope:
     raise MalformedRequestError(
         f"action request must be an ActionRequest, a model or a dict with 'function' and "
         f"'arguments', or a provider tool call (OpenAI tool_calls entry, Responses "
-        f"function_call, Anthropic tool_use), got {type(request).__name__}: {_preview(request)}"
+        f"function_call or custom_tool_call, Anthropic tool_use), got "
+        f"{type(request).__name__}: {_preview(request)}"
     )
 
 
@@ -126,6 +142,7 @@ def normalize_batch(
                         f"call {first} of this batch; give each call its own id"
                     )
                     duplicate.tool_call_id = item.tool_call_id
+                    duplicate.tool_call_type = item.tool_call_type
                     raise duplicate
             items.append(item)
         except MalformedRequestError as exc:
@@ -136,22 +153,30 @@ def normalize_batch(
 
 
 def provider_kind(data: Mapping[str, Any]) -> str | None:
-    """``openai``, ``openai-responses`` or ``anthropic`` for a provider tool-call dict."""
+    """``openai``, ``openai-responses`` or ``anthropic`` for a provider tool-call dict (a
+    custom tool call is ``openai`` or ``openai-responses`` too)."""
     kind = data.get("type")
-    if kind == "function_call":
+    if kind in _RESPONSES_CALLS:
         return "openai-responses"
     if kind == "tool_use":
         return "anthropic"
     if isinstance(data.get("function"), Mapping) and kind in ("function", None):
+        return "openai"
+    if kind == "custom" and isinstance(data.get("custom"), Mapping):
         return "openai"
     return None
 
 
 def _from_mapping(data: Mapping[str, Any], original: Any) -> Envelope:
     kind = provider_kind(data)
+    if kind == "openai" and data.get("type") == "custom":
+        custom = data["custom"]
+        return _custom(custom.get("name"), custom.get("input"), original, data.get("id"))
     if kind == "openai":
         function = data["function"]
         return _checked(function.get("name"), function.get("arguments"), original, data.get("id"))
+    if kind == "openai-responses" and data.get("type") == "custom_tool_call":
+        return _custom(data.get("name"), data.get("input"), original, data.get("call_id"))
     if kind == "openai-responses":
         # call_id pairs the function_call_output; "id" is the item's own id (fc_...).
         return _checked(data.get("name"), data.get("arguments"), original, data.get("call_id"))
@@ -168,6 +193,30 @@ def _from_mapping(data: Mapping[str, Any], original: Any) -> Envelope:
 
 
 def _checked(function: Any, arguments: Any, request: Any, tool_call_id: Any = None) -> Envelope:
+    _check_names(function, request, tool_call_id)
+    decoded, problem = decode_arguments(function, arguments)
+    return Envelope(function, decoded, tool_call_id=tool_call_id, arguments_error=problem)
+
+
+def _custom(function: Any, text: Any, request: Any, tool_call_id: Any) -> Envelope:
+    """A custom tool call: its input is text as it is (never decoded as JSON)."""
+    try:
+        _check_names(function, request, tool_call_id)
+    except MalformedRequestError as exc:
+        exc.tool_call_type = "custom"  # its error result answers a custom call
+        raise
+    problem = None
+    if not isinstance(text, str):
+        problem = (
+            f"custom tool call input for tool {function!r} must be text, got "
+            f"{type(text).__name__}: {_preview(text)}"
+        )
+    return Envelope(
+        function, text, tool_call_id=tool_call_id, arguments_error=problem, tool_call_type="custom"
+    )
+
+
+def _check_names(function: Any, request: Any, tool_call_id: Any) -> None:
     if tool_call_id is not None and (not isinstance(tool_call_id, str) or not tool_call_id):
         raise MalformedRequestError(
             "action request tool call id must be a non-empty string, got "
@@ -180,8 +229,43 @@ def _checked(function: Any, arguments: Any, request: Any, tool_call_id: Any = No
         )
         error.tool_call_id = tool_call_id
         raise error
-    decoded, problem = decode_arguments(function, arguments)
-    return Envelope(function, decoded, tool_call_id=tool_call_id, arguments_error=problem)
+
+
+def custom_parameter(tool: Tool) -> str | None:
+    """The name of ``tool``'s one parameter when it takes exactly one, a free-form string (no
+    ``enum``/``const``): the parameter a custom tool call's input goes to. None otherwise."""
+    # Late: the schema code is only needed for a custom call.
+    from toolfleet.workers.specs import parameters_schema
+
+    try:
+        properties = parameters_schema(tool).get("properties")
+    except Exception:  # a schema pydantic cannot build: no string parameter to be sure of
+        return None
+    if not isinstance(properties, Mapping) or len(properties) != 1:
+        return None
+    [(name, schema)] = properties.items()
+    if (
+        not isinstance(schema, Mapping)
+        or schema.get("type") != "string"
+        or "enum" in schema
+        or "const" in schema
+    ):
+        return None
+    return str(name)
+
+
+def custom_arguments(tool: Tool, text: str) -> dict[str, str]:
+    """A custom tool call's arguments: its input ``text`` as ``tool``'s one string parameter;
+    ArgumentValidationError when the tool does not take exactly one."""
+    name = custom_parameter(tool)
+    if name is None:
+        raise ArgumentValidationError(
+            f"tool {tool.function!r} cannot answer a custom tool call: its input is free-form "
+            f"text, so the tool must take exactly one string parameter (it takes "
+            f"{sorted(tool.required_fields)}); declare it to the model as a function tool, or "
+            "give it one string parameter"
+        )
+    return {name: text}
 
 
 def decode_arguments(function: str, arguments: Any) -> tuple[Any, str | None]:
@@ -227,8 +311,9 @@ def tool_calls_in(response: Any) -> list[Any]:
     """The tool calls of a whole model response, ready for ``Branch.act``.
 
     An OpenAI ``ChatCompletion`` (first choice) or its ``message``, an OpenAI Responses
-    ``Response`` (its ``function_call`` items), an Anthropic ``Message`` (its ``tool_use``
-    blocks) — SDK objects or their dicts. Text parts are left out; no tool calls gives [].
+    ``Response`` (its ``function_call`` and ``custom_tool_call`` items), an Anthropic
+    ``Message`` (its ``tool_use`` blocks) — SDK objects or their dicts. Text parts are left
+    out; no tool calls gives [].
     """
     data = response.model_dump(mode="python") if isinstance(response, BaseModel) else response
     if not isinstance(data, Mapping):
@@ -255,7 +340,7 @@ def _picked(response: Any, data: Mapping[str, Any]) -> list[Any]:
     if "tool_calls" in data:  # a Chat Completions assistant message
         return items("tool_calls")
     if "output" in data:  # Responses API
-        return [i for i in items("output") if _type(i) == "function_call"]
+        return [i for i in items("output") if _type(i) in _RESPONSES_CALLS]
     if "content" in data and isinstance(data.get("content"), list):  # Anthropic Message
         return [b for b in items("content") if _type(b) == "tool_use"]
     if data.get("role") == "assistant":  # a Chat message without tool calls

@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from toolfleet.dispatcher.accept.context import CallContext, call_id_for, new_call_id
-from toolfleet.dispatcher.accept.envelope import Envelope
+from toolfleet.dispatcher.accept.envelope import Envelope, custom_arguments
 from toolfleet.dispatcher.batch.deadline import Deadline
 from toolfleet.dispatcher.batch.units import (
     HOOK_SUMMARY_CHARS,
@@ -97,7 +97,10 @@ def open_call(
             # JSON-string arguments that did not decode: this call's error alone.
             raise ArgumentValidationError(item.arguments_error)
         tool = fleet.tool(item.function)
-        arguments = normalize_arguments(tool, item.arguments)
+        raw = item.arguments
+        if item.tool_call_type == "custom":
+            raw = custom_arguments(tool, raw)  # free-form text: the one string parameter
+        arguments = normalize_arguments(tool, raw)
     except Exception as exc:
         ctx = _refused_context(item, fleet, branch_id, call_id)
         return aborted_unit(ctx, _refusal(item, exc), raise_after=raise_after)
@@ -323,6 +326,7 @@ def _context(
         tool=tool,
         tool_call_id=item.tool_call_id or "",
         request=request,
+        tool_call_type="custom" if item.tool_call_type == "custom" else "function",
     )
 
 

@@ -166,5 +166,6 @@ def _answer(
         error=error,
         call_id=ctx.call_id,
         tool_call_id=ctx.tool_call_id,
+        tool_call_type=ctx.tool_call_type,
     )
     return request, response, model

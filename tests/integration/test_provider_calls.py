@@ -18,10 +18,17 @@ from anthropic.types import Message as AnthropicMessage
 from anthropic.types import ToolResultBlockParam, ToolUseBlock
 from openai.types.chat import (
     ChatCompletion,
+    ChatCompletionMessage,
+    ChatCompletionMessageCustomToolCall,
     ChatCompletionMessageFunctionToolCall,
     ChatCompletionToolMessageParam,
 )
-from openai.types.responses import ResponseFunctionToolCall
+from openai.types.responses import (
+    ResponseCustomToolCall,
+    ResponseCustomToolCallOutputParam,
+    ResponseFunctionToolCall,
+    ResponseOutputMessage,
+)
 from openai.types.responses.response_input_param import FunctionCallOutput
 from pydantic import TypeAdapter
 
@@ -61,6 +68,24 @@ def responses_call(call_id: str, name: str, arguments: str) -> ResponseFunctionT
 
 def anthropic_call(id: str, name: str, input: dict[str, Any]) -> ToolUseBlock:
     return ToolUseBlock.model_validate({"type": "tool_use", "id": id, "name": name, "input": input})
+
+
+def openai_custom_call(id: str, name: str, input: str) -> ChatCompletionMessageCustomToolCall:
+    return ChatCompletionMessageCustomToolCall.model_validate(
+        {"id": id, "type": "custom", "custom": {"name": name, "input": input}}
+    )
+
+
+def responses_custom_call(call_id: str, name: str, input: str) -> ResponseCustomToolCall:
+    return ResponseCustomToolCall.model_validate(
+        {
+            "type": "custom_tool_call",
+            "id": f"ctc_{call_id}",
+            "call_id": call_id,
+            "name": name,
+            "input": input,
+        }
+    )
 
 
 # -- normalization (pure) ----------------------------------------------------------------
@@ -203,7 +228,179 @@ def test_results_render_in_each_providers_shape() -> None:
         render_results([done], "gemini")
 
 
+# Free-form text that happens to look like JSON: a custom call's input is never decoded.
+_TEXT = '{"not": "decoded"}'
+
+
+@pytest.mark.parametrize(
+    "request_",
+    [
+        openai_custom_call("call_1", "shout", _TEXT),
+        {"id": "call_1", "type": "custom", "custom": {"name": "shout", "input": _TEXT}},
+        responses_custom_call("call_1", "shout", _TEXT),
+        {"type": "custom_tool_call", "call_id": "call_1", "name": "shout", "input": _TEXT},
+    ],
+    ids=["chat-sdk", "chat-dict", "responses-sdk", "responses-dict"],
+)
+def test_custom_tool_calls_keep_their_text_input_and_id(request_: Any) -> None:
+    envelope = normalize(request_)
+    assert (envelope.function, envelope.arguments, envelope.tool_call_id) == (
+        "shout",
+        _TEXT,
+        "call_1",
+    )
+    assert envelope.tool_call_type == "custom" and envelope.arguments_error is None
+    assert normalize(openai_call("call_2", "add", "{}")).tool_call_type == "function"
+    with pytest.raises(MalformedRequestError, match="non-empty tool name") as raised:
+        normalize(responses_custom_call("call_3", "", "text"))
+    assert (raised.value.tool_call_id, raised.value.tool_call_type) == ("call_3", "custom")
+
+
+def test_custom_results_render_as_their_own_item_type() -> None:
+    custom = ActionResponseModel(
+        function="shout", output="HI", call_id="x", tool_call_id="c1", tool_call_type="custom"
+    )
+    function = ActionResponseModel(function="add", output=3, call_id="y", tool_call_id="c2")
+    assert custom.to_openai_responses() == {
+        "type": "custom_tool_call_output",
+        "call_id": "c1",
+        "output": "HI",
+    }
+    items = render_results([custom, function], "openai-responses")
+    assert [i["type"] for i in items] == ["custom_tool_call_output", "function_call_output"]
+    TypeAdapter(ResponseCustomToolCallOutputParam).validate_python(items[0])
+    TypeAdapter(FunctionCallOutput).validate_python(items[1])
+    # Chat Completions answers a custom call with the same tool message as any call.
+    assert custom.to_openai() == {"role": "tool", "tool_call_id": "c1", "content": "HI"}
+    assert render_results([custom], "anthropic")[0]["tool_use_id"] == "c1"
+
+
 # -- through real workers ----------------------------------------------------------------
+
+
+# A custom tool call's input goes to the tool's one string parameter: loaded_modules(prefix)
+# answers with the modules under its input (the worker's own tool module, here), fail(message)
+# raises it. add (two numbers) and echo (any JSON value) take no free-form text.
+_TOOL_MODULE = "tests.support.sample_tools"
+
+
+def test_chat_custom_and_function_calls_run_in_one_batch_with_the_models_ids(
+    fleet_settings: Settings, sync_worker: WorkerProcess, async_worker: WorkerProcess
+) -> None:
+    message = ChatCompletionMessage.model_validate(
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                openai_call("call_f1", "add", '{"a": 1, "b": 2}').model_dump(),
+                openai_custom_call("call_c1", "loaded_modules", _TOOL_MODULE).model_dump(),
+                openai_custom_call("call_c2", "add", "1 + 2").model_dump(),
+                openai_custom_call("call_c3", "loaded_modules_async", _TOOL_MODULE).model_dump(),
+                openai_custom_call("call_c4", "fail", "said by the model").model_dump(),
+                openai_custom_call("call_c5", "no_such_tool", "text").model_dump(),
+            ],
+        }
+    )
+    calls = tool_calls_in(message)
+    assert [type(c).__name__ for c in calls[:2]] == [
+        "ChatCompletionMessageFunctionToolCall",
+        "ChatCompletionMessageCustomToolCall",
+    ]
+
+    async def scenario(fleet: Fleet) -> tuple[Branch, list[ActionResponseModel]]:
+        branch = Branch(fleet=fleet)
+        return branch, await branch.act(calls)
+
+    branch, results = run(fleet_settings, scenario)
+    ids = ["call_f1", "call_c1", "call_c2", "call_c3", "call_c4", "call_c5"]
+    assert [r.tool_call_id for r in results] == ids
+    assert [r.call_id for r in results] == [call_id_for(branch.id, i) for i in ids]
+    assert [r.tool_call_type for r in results] == ["function"] + ["custom"] * 5
+    assert [r.status for r in results] == [
+        EventStatus.COMPLETED,
+        EventStatus.COMPLETED,
+        EventStatus.ABORTED,
+        EventStatus.COMPLETED,
+        EventStatus.FAILED,
+        EventStatus.ABORTED,
+    ]
+    assert results[0].output == 3
+    assert results[1].output == results[3].output == [_TOOL_MODULE]
+    assert results[1].arguments == {"prefix": _TOOL_MODULE}
+    assert "must take exactly one string parameter" in (results[2].error or "")
+    assert "said by the model" in (results[4].error or "")
+    assert "no_such_tool" in (results[5].error or "")
+    assert_linked_pairs(branch, results)
+    for i, tool_call_id in enumerate(ids):
+        request, response = branch.messages[2 * i], branch.messages[2 * i + 1]
+        assert request.content.tool_call_id == response.content.tool_call_id == tool_call_id
+    assert branch.messages[2].content.arguments == {"prefix": _TOOL_MODULE}
+    # The next request answers every call, custom ones included, under the model's ids.
+    answers = render_results(results, "openai")
+    assert [m["tool_call_id"] for m in answers] == ids
+    for answer in answers:
+        TypeAdapter(ChatCompletionToolMessageParam).validate_python(answer)
+
+
+def test_responses_custom_and_function_calls_answer_with_their_own_item_types(
+    fleet_settings: Settings, sync_worker: WorkerProcess, async_worker: WorkerProcess
+) -> None:
+    text = ResponseOutputMessage.model_validate(
+        {
+            "type": "message",
+            "id": "msg_1",
+            "role": "assistant",
+            "status": "completed",
+            "content": [{"type": "output_text", "text": "running them", "annotations": []}],
+        }
+    )
+    output = [
+        text,
+        responses_custom_call("call_c1", "loaded_modules_async", _TOOL_MODULE),
+        responses_call("call_f1", "add", '{"a": 2, "b": 2}'),
+        responses_custom_call("call_c2", "echo", "anything"),
+        responses_custom_call("call_c3", "", "nameless"),
+        responses_custom_call("call_c4", "loaded_modules", _TOOL_MODULE),
+    ]
+    calls = tool_calls_in({"output": output})
+    assert calls == output[1:]  # the text item is left out, no call is
+
+    async def scenario(fleet: Fleet) -> tuple[Branch, list[ActionResponseModel]]:
+        branch = Branch(fleet=fleet)
+        return branch, await branch.act(calls)
+
+    branch, results = run(fleet_settings, scenario)
+    ids = ["call_c1", "call_f1", "call_c2", "call_c3", "call_c4"]
+    assert [r.tool_call_id for r in results] == ids
+    assert [r.status for r in results] == [
+        EventStatus.COMPLETED,
+        EventStatus.COMPLETED,
+        EventStatus.ABORTED,
+        EventStatus.ABORTED,
+        EventStatus.COMPLETED,
+    ]
+    assert results[0].output == results[4].output == [_TOOL_MODULE]
+    assert results[1].output == 4
+    assert "must take exactly one string parameter" in (results[2].error or "")
+    assert "non-empty tool name" in (results[3].error or "")
+    assert_linked_pairs(branch, results)
+    items = render_results(results, "openai-responses")
+    assert [(i["type"], i["call_id"]) for i in items] == [
+        ("custom_tool_call_output", "call_c1"),
+        ("function_call_output", "call_f1"),
+        ("custom_tool_call_output", "call_c2"),
+        ("custom_tool_call_output", "call_c3"),
+        ("custom_tool_call_output", "call_c4"),
+    ]
+    for item in items:
+        if item["type"] == "custom_tool_call_output":
+            TypeAdapter(ResponseCustomToolCallOutputParam).validate_python(item)
+        else:
+            TypeAdapter(FunctionCallOutput).validate_python(item)
+    assert json.loads(items[0]["output"]) == [_TOOL_MODULE]
+
+
+# -- through real workers (any call) --------------------------------------------------------
 
 
 def test_mixed_sdk_calls_keep_their_ids_everywhere(

@@ -5,21 +5,27 @@ OpenAI/Anthropic SDK parameter types."""
 
 from __future__ import annotations
 
+import importlib
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import jsonschema
 import pytest
 from anthropic.types import ToolParam as AnthropicToolParam
 from openai.types.chat import ChatCompletionToolParam
 from openai.types.responses import FunctionToolParam
-from pydantic import BaseModel, ConfigDict, TypeAdapter
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
 from tests.support.cli_support import toolfleet
 from toolfleet.schemas.errors import ConfigurationError
-from toolfleet.workers.registry import Registry, tool
-from toolfleet.workers.specs import SECRET_MARK, parameters_schema, tool_description
+from toolfleet.workers.registry import Registry, registry, tool
+from toolfleet.workers.specs import (
+    SECRET_MARK,
+    openai_strict,
+    parameters_schema,
+    tool_description,
+)
 
 
 class SearchRequest(BaseModel):
@@ -114,7 +120,7 @@ def test_formats_match_the_sdk_types() -> None:
     for spec in openai_specs:
         TypeAdapter(ChatCompletionToolParam).validate_python(spec)
     for spec in reg.specs("openai-responses"):
-        TypeAdapter(FunctionToolParam).validate_python({**spec, "strict": False})
+        TypeAdapter(FunctionToolParam).validate_python(spec)
     anthropic_specs = reg.specs("anthropic", names=["whoami", "search"])
     assert [s["name"] for s in anthropic_specs] == ["whoami", "search"]
     for spec in anthropic_specs:
@@ -122,6 +128,146 @@ def test_formats_match_the_sdk_types() -> None:
         assert spec["input_schema"]["type"] == "object"
     mcp = reg.specs("mcp")
     assert set(mcp[0]) == {"name", "description", "inputSchema"}
+
+
+class Point(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    x: int
+    y: int
+
+
+class LoosePoint(BaseModel):  # unknown keys allowed: no additionalProperties false
+    x: int
+
+
+def _strict_registry() -> Registry:
+    reg = Registry()
+
+    @tool(registry=reg)
+    def move(to: Point, unit: Literal["m", "cm"], note: str | None, steps: list[int]) -> str:
+        """Every parameter required, every object closed: strict mode takes it."""
+        return ""
+
+    @tool(registry=reg)
+    def shout(text: str) -> str:
+        return text
+
+    @tool(registry=reg)
+    def nudge(to: LoosePoint) -> str:
+        return ""
+
+    @tool(registry=reg)
+    def page(query: str, size: int = 10) -> str:  # size not required
+        return ""
+
+    @tool(registry=reg)
+    def stamp(text: str, **extra: Any) -> str:  # any other key accepted
+        return ""
+
+    return reg
+
+
+def test_every_responses_spec_is_a_valid_function_tool_param_with_strict() -> None:
+    sample = importlib.import_module("tests.support.sample_tools")
+    specs = [
+        *registry.specs("openai-responses", names=sample.__all__),
+        *_registry().specs("openai-responses"),
+        *_strict_registry().specs("openai-responses"),
+    ]
+    adapter = TypeAdapter(FunctionToolParam)
+    for spec in specs:
+        adapter.validate_python(spec)  # every key the SDK requires, of its type
+        assert isinstance(spec["strict"], bool)
+        with pytest.raises(ValidationError, match="strict"):
+            adapter.validate_python({k: v for k, v in spec.items() if k != "strict"})
+    strict = {spec["name"]: spec["strict"] for spec in specs}
+    assert {name for name, on in strict.items() if on} == {
+        "add",  # two required numbers
+        "loaded_modules",
+        "loaded_modules_async",
+        "move",  # a closed nested model by $ref, a literal, a nullable, an array
+        "shout",
+        "sleep_async",
+        "sleep_sync",
+        "blocks_loop",
+        "append_line",
+        "append_line_idempotent",
+        "append_then_sleep",
+    }
+    # Not: a default (echo, fail, page, search), a secret's marks (with_secret), an open
+    # nested model (nudge), **extra (stamp), a parameter of any JSON value (anything), no
+    # "required" list at all (returns_none: no parameters; unsure, so not strict).
+    for name in ("echo", "fail", "page", "search", "with_secret", "nudge", "stamp", "anything"):
+        assert strict[name] is False, name
+    assert strict["returns_none"] is False
+    # Chat Completions specs are unchanged: strict is optional there and left out.
+    assert "strict" not in _strict_registry().specs("openai")[0]["function"]
+
+
+def _closed(properties: dict[str, Any], **more: Any) -> dict[str, Any]:
+    """An object schema with every property required and no other key allowed."""
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": list(properties),
+        "additionalProperties": False,
+        **more,
+    }
+
+
+def _nested(objects: int) -> dict[str, Any]:
+    """A string inside ``objects`` closed objects, one in the other."""
+    schema: dict[str, Any] = {"type": "string"}
+    for _ in range(objects):
+        schema = _closed({"x": schema})
+    return schema
+
+
+@pytest.mark.parametrize(
+    ("schema", "expected"),
+    [
+        (_closed({}), True),
+        ({"type": "object", "properties": {}, "additionalProperties": False}, False),
+        (_closed({"a": {}}), False),
+        (_closed({"a": {"type": "string", "format": "email"}}), False),
+        (_closed({"a": {"type": "string", "default": "x"}}), False),
+        (_closed({"a": {"type": "array"}}), False),
+        (_closed({"a": {"type": ["string", "null"]}}), True),
+        (_closed({"a": {"$ref": "#/$defs/A"}}, **{"$defs": {"A": {"type": "string"}}}), True),
+        (
+            _closed({"a": {"$ref": "#/$defs/A", "description": "d"}}, **{"$defs": {"A": {}}}),
+            False,
+        ),
+        (
+            _closed(
+                {"a": {"$ref": "#/$defs/A"}},
+                **{"$defs": {"A": _closed({"a": {"$ref": "#/$defs/A"}})}},
+            ),
+            False,
+        ),
+        (_nested(4), True),
+        (_nested(5), False),
+        ({"anyOf": [{"type": "object"}]}, False),
+    ],
+    ids=[
+        "empty",
+        "no-required",
+        "any-value",
+        "format",
+        "default",
+        "no-items",
+        "type-list",
+        "ref",
+        "ref-sibling",
+        "recursive",
+        "depth-5",
+        "depth-6",
+        "root-anyof",
+    ],
+)
+def test_openai_strict_is_false_whenever_unsure(schema: dict[str, Any], expected: bool) -> None:
+    assert openai_strict(schema) is expected
 
 
 def test_bad_format_and_unknown_name_are_clear_errors() -> None:
