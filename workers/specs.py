@@ -90,6 +90,9 @@ def parameters_schema(tool: Tool) -> dict[str, Any]:
         schema = tool.request_options.model_json_schema()
     else:
         schema = tool.arguments_model.model_json_schema()
+        # A **kwargs tool's model allows extra keys; the spec leaves them unmentioned, as
+        # JSON Schema allows them by default.
+        schema.pop("additionalProperties", None)
     schema.pop("title", None)
     # "type" first: the order a reader of `toolfleet tools` expects.
     schema = {"type": "object", **schema}
