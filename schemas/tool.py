@@ -53,6 +53,12 @@ class Tool(BaseModel):
     timeout_s: float | None = None
     secret_args: frozenset[str] = frozenset()
     idempotent: bool = False
+    # What the tool does to the world, announced to MCP clients as tool annotations
+    # (readOnlyHint, destructiveHint, openWorldHint; idempotent is idempotentHint).
+    # None: not declared.
+    read_only: bool = False
+    destructive: bool | None = None
+    open_world: bool | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -83,6 +89,11 @@ class Tool(BaseModel):
         if isinstance(secret_args, str):
             secret_args = (secret_args,)
         data["secret_args"] = frozenset(secret_args)
+        if data.get("read_only") and data.get("destructive"):
+            raise ValueError(
+                "a tool cannot be both read_only=True and destructive=True; a read-only tool "
+                "changes nothing, so drop one of the two"
+            )
         return data
 
     def __hash__(self) -> int:

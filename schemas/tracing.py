@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import time
+import traceback
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from typing import IO, Any
 
 from toolfleet.schemas.errors import ConfigurationError
 from toolfleet.schemas.status import EventStatus
@@ -45,6 +47,7 @@ __all__ = [
     "enabled",
     "flush",
     "parent_of",
+    "record_error",
     "sent_ns",
     "set_call_status",
     "set_result_status",
@@ -201,6 +204,33 @@ def set_call_status(
         current.set_status(StatusCode.OK)
 
 
+def record_error(current: Any, error: BaseException | str | None, *, message: bool = True) -> None:
+    """Mark ``current`` ERROR for ``error`` (what a tool raised), recorded as the span's
+    ``exception`` event: type, message and stack trace, as OpenTelemetry's
+    ``record_exception`` does. ``message=False`` (a tool with secret arguments, whose text
+    may quote one) records the type and the stack's frames only. No ``error``: no change."""
+    if error is None or current is None or not current.is_recording():
+        return
+    if isinstance(error, BaseException):
+        kind = type(error)
+        name = kind.__qualname__
+        module = kind.__module__
+        qualified = f"{module}.{name}" if module and module != "builtins" else name
+        if message:
+            stack = "".join(traceback.format_exception(error))
+        else:
+            stack = "".join(traceback.format_tb(error.__traceback__)) + qualified + "\n"
+        text = str(error)
+    else:  # an error already turned into text ("Type: message")
+        qualified = name = _error_type(error) or "Error"
+        stack, text = "", error
+    attributes = {"exception.type": qualified, "exception.stacktrace": stack}
+    if message:
+        attributes["exception.message"] = text
+    current.add_event("exception", attributes)
+    current.set_status(StatusCode.ERROR, name)
+
+
 def carrier() -> dict[str, str] | None:
     """The current trace context as a W3C carrier for a message header, or None."""
     if trace is None:
@@ -247,13 +277,17 @@ def flush(timeout_s: float = 5.0) -> None:
         force_flush(int(timeout_s * 1000))
 
 
-def configure_from_env(service_name: str, env: Mapping[str, str] | None = None) -> bool:
+def configure_from_env(
+    service_name: str, env: Mapping[str, str] | None = None, *, console: IO[str] | None = None
+) -> bool:
     """Install an exporting TracerProvider from the standard ``OTEL_*`` variables.
 
     Only when ``OTEL_TRACES_EXPORTER`` names ``otlp`` (OTLP over HTTP, to
     ``OTEL_EXPORTER_OTLP_ENDPOINT`` or ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``) and/or
     ``console``, and no provider was installed yet (one set up by the process, e.g. by
     ``opentelemetry-instrument``, is kept). Returns True when it installed one.
+    ``console``: where the console exporter writes (default stdout; a stdio MCP server's
+    stdout is its protocol stream, so it passes stderr).
     """
     env = os.environ if env is None else env
     names = [n.strip() for n in env.get("OTEL_TRACES_EXPORTER", "").split(",") if n.strip()]
@@ -283,7 +317,9 @@ def configure_from_env(service_name: str, env: Mapping[str, str] | None = None) 
     attributes = {} if env.get("OTEL_SERVICE_NAME") else {SERVICE_NAME: service_name}
     provider = TracerProvider(resource=Resource.create(attributes))
     for name in names:
-        exporter = OTLPSpanExporter() if name == _OTLP else ConsoleSpanExporter()
+        exporter: Any = (
+            OTLPSpanExporter() if name == _OTLP else ConsoleSpanExporter(out=console or sys.stdout)
+        )
         # Batched export keeps the tool's path free of network calls; the processor
         # re-creates its thread in a forked prefork child.
         provider.add_span_processor(BatchSpanProcessor(exporter))

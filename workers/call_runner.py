@@ -173,23 +173,16 @@ async def _run_tool(
         return await _finish_failed(store, msg, tool, exc, hostname)
     try:
         attributes = {tracing.ATTR_FUNCTION: tool.function}
-        with tracing.span(f"toolfleet.tool {tool.function}", attributes):
+        with tracing.span(f"toolfleet.tool {tool.function}", attributes) as tool_span:
             with sync_tool_deadline(tool, timeout_s):
                 await call.invoke()
+            # What the tool raised (caught by invoke) makes its own span ERROR too.
+            error = _tool_error(call, tool, timeout_s, limit_s)
+            tracing.record_error(tool_span, error, message=not tool.secret_args)
     except BaseException:
         if not cancel_is_final():
             raise
-    error = call.execution.error
-    if isinstance(error, SoftTimeLimitExceeded):
-        # Celery's soft limit (or a batch's per-call alarm) interrupted a sync tool: report
-        # it as the tool's timeout.
-        limit = timeout_s if timeout_s is not None else limit_s
-        error = ToolTimeoutError(
-            f"tool {tool.function!r} exceeded its time limit of "
-            f"{_fmt_s(limit)} (Celery soft_time_limit); raise the tool's timeout_s if it "
-            f"needs longer"
-        )
-        call.execution.error = error
+    error = _tool_error(call, tool, timeout_s, limit_s)
     result = CallResult(
         call_id=msg.call_id,
         function=tool.function,
@@ -206,6 +199,24 @@ async def _run_tool(
     if call.status is EventStatus.FAILED:
         return Outcome(result, error if isinstance(error, BaseException) else rebuild_error(result))
     return Outcome(result, None)
+
+
+def _tool_error(
+    call: FunctionCalling, tool: Tool, timeout_s: float | None, limit_s: float | None
+) -> BaseException | str | None:
+    """The call's error, Celery's soft limit turned into the tool's timeout."""
+    error = call.execution.error
+    if isinstance(error, SoftTimeLimitExceeded):
+        # Celery's soft limit (or a batch's per-call alarm) interrupted a sync tool: report
+        # it as the tool's timeout.
+        limit = timeout_s if timeout_s is not None else limit_s
+        error = ToolTimeoutError(
+            f"tool {tool.function!r} exceeded its time limit of "
+            f"{_fmt_s(limit)} (Celery soft_time_limit); raise the tool's timeout_s if it "
+            f"needs longer"
+        )
+        call.execution.error = error
+    return error
 
 
 async def _wait_for_live_holder(

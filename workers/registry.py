@@ -179,6 +179,9 @@ def tool(
     timeout_s: float | None = None,
     secret_args: Iterable[str] = (),
     idempotent: bool = False,
+    read_only: bool = False,
+    destructive: bool | None = None,
+    open_world: bool | None = None,
     update: bool = False,
     registry: Registry = registry,
 ) -> Callable[[F], F]: ...
@@ -198,12 +201,18 @@ def tool(
     timeout_s: float | None = None,
     secret_args: Iterable[str] = (),
     idempotent: bool = False,
+    read_only: bool = False,
+    destructive: bool | None = None,
+    open_world: bool | None = None,
     update: bool = False,
     registry: Registry = registry,
 ) -> F | Callable[[F], F]:
     """Register a function as a tool; ``@tool`` or ``@tool(...)``. Returns the function.
 
     ``tool(lionagi_tool)`` registers a lionagi ``Tool`` with its processors.
+
+    ``read_only``, ``destructive`` and ``open_world`` (with ``idempotent``) say what the tool
+    does to the world; MCP clients see them as tool annotations (docs/mcp.md).
     """
 
     def decorate(f: F) -> F:
@@ -222,6 +231,9 @@ def tool(
                 timeout_s=timeout_s,
                 secret_args=tuple(secret_args) or None,
                 idempotent=idempotent or None,
+                read_only=read_only or None,
+                destructive=destructive,
+                open_world=open_world,
             )
             registry.register(built, update=update)
             return f
@@ -237,6 +249,9 @@ def tool(
             timeout_s=timeout_s,
             secret_args=secret_args,
             idempotent=idempotent,
+            read_only=read_only,
+            destructive=destructive,
+            open_world=open_world,
         )
         registry.register(built, update=update)
         return f

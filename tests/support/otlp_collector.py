@@ -37,6 +37,8 @@ class ReceivedSpan:
     service: str = ""
     start_ns: int = 0
     end_ns: int = 0
+    # (name, attributes) of each span event, e.g. ("exception", {"exception.type": ...}).
+    events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
 
 
 class OtlpCollector:
@@ -118,6 +120,10 @@ class OtlpCollector:
                             service=str(resource.get("service.name", "")),
                             start_ns=s.start_time_unix_nano,
                             end_ns=s.end_time_unix_nano,
+                            events=[
+                                (e.name, {a.key: _value(a.value) for a in e.attributes})
+                                for e in s.events
+                            ],
                         )
                     )
         with self._lock:

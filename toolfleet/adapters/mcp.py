@@ -1,25 +1,30 @@
 """An MCP server whose tools are the fleet's: each ``tools/call`` is one call on the fleet.
 
 The official ``mcp`` package (extra ``toolfleet[mcp]``) speaks the protocol; this module maps it
-onto toolfleet: ``tools/list`` is ``registry.specs(format="mcp")``, ``tools/call`` is
-``branch.act([call])`` on the branch of the caller's MCP session, a tool failure or a denied call
-is a result with ``isError`` (never a protocol error), and a client's ``notifications/cancelled``
-cancels the act(), which cancels the call on the fleet (C9).
+onto toolfleet: ``tools/list`` is ``registry.specs(format="mcp")`` plus each tool's annotations
+(its ``@tool`` flags) and, when its return annotation is an object type, an ``outputSchema``;
+``tools/call`` is ``branch.act([call])`` on the branch of the caller's MCP session, a dict output
+is also the result's ``structuredContent``, a tool failure or a denied call is a result with
+``isError`` (never a protocol error), and a client's ``notifications/cancelled`` cancels the
+act(), which cancels the call on the fleet (C9).
 """
 
 from __future__ import annotations
 
 import asyncio
 import hmac
+import inspect
 import json
 import logging
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
 import mcp_types as types
 from mcp.server.lowlevel import Server
+from pydantic import TypeAdapter, ValidationError
 
 from toolfleet.dispatcher.branch import Branch
 from toolfleet.dispatcher.fleet import Fleet
@@ -27,8 +32,17 @@ from toolfleet.dispatcher.govern.session import Gate, Session
 from toolfleet.dispatcher.govern.session_signals import GateDenied
 from toolfleet.schemas.action import ActionResponseModel, CallParams
 from toolfleet.schemas.status import EventStatus
+from toolfleet.schemas.tool import Tool
 
-__all__ = ["BRANCH_META_KEY", "CALL_META_KEY", "FleetMcpServer", "require_bearer"]
+__all__ = [
+    "BRANCH_META_KEY",
+    "CALL_META_KEY",
+    "FleetMcpServer",
+    "ToolOutput",
+    "require_bearer",
+    "tool_annotations",
+    "tool_output",
+]
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +75,7 @@ class FleetMcpServer:
             self.session.gate(gate)
         # One branch per MCP session: its calls' history in one place (see branch_for).
         self._branches: OrderedDict[str | None, Branch] = OrderedDict()
+        self._outputs: dict[str, ToolOutput | None] = {}
         self.server: Server[Any] = Server(
             name,
             instructions="Each tool runs as a call on a toolfleet fleet of Celery workers.",
@@ -93,17 +108,26 @@ class FleetMcpServer:
     async def _list_tools(
         self, ctx: Any, params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        specs = self.fleet.registry.specs("mcp")
-        return types.ListToolsResult(
-            tools=[
+        registry = self.fleet.registry
+        tools = []
+        for spec in registry.specs("mcp"):
+            tool = registry.get(spec["name"])
+            output = self._output(tool)
+            tools.append(
                 types.Tool(
                     name=spec["name"],
                     description=spec.get("description") or None,
                     input_schema=spec["inputSchema"],
+                    output_schema=output.schema if output is not None else None,
+                    annotations=tool_annotations(tool),
                 )
-                for spec in specs
-            ]
-        )
+            )
+        return types.ListToolsResult(tools=tools)
+
+    def _output(self, tool: Tool) -> ToolOutput | None:
+        if tool.function not in self._outputs:
+            self._outputs[tool.function] = tool_output(tool)
+        return self._outputs[tool.function]
 
     async def _call_tool(
         self, ctx: Any, params: types.CallToolRequestParams
@@ -130,8 +154,28 @@ class FleetMcpServer:
     def _render(self, result: ActionResponseModel, branch: Branch) -> types.CallToolResult:
         call_id = str(result.call_id) if result.call_id else None
         if result.status is EventStatus.COMPLETED:
+            output = result.output
+            structured = output if isinstance(output, dict) else None
+            declared = (
+                self._output(self.fleet.registry.get(result.function))
+                if result.function in self.fleet.registry
+                else None
+            )
+            if declared is not None:
+                try:
+                    structured = declared.dump(output)
+                except ValidationError as exc:
+                    # A client checks structuredContent against the outputSchema announced.
+                    return _error_result(
+                        f"tool {result.function!r} completed, but its output does not match "
+                        f"its declared return type {declared.annotation_text}: "
+                        f"{_first_error(exc)}; output: {_text(output)[:2000]}",
+                        branch,
+                        call_id,
+                    )
             return types.CallToolResult(
-                content=[types.TextContent(type="text", text=_text(result.output))],
+                content=[types.TextContent(type="text", text=_text(output))],
+                structured_content=structured,
                 is_error=False,
                 _meta=_meta(branch, call_id),
             )
@@ -154,6 +198,83 @@ class FleetMcpServer:
         return _error_result(
             f"tool {result.function!r} {result.status.value}: {result.error}", branch, call_id
         )
+
+
+def tool_annotations(tool: Tool) -> types.ToolAnnotations:
+    """The MCP annotations of ``tool``, from its ``@tool`` flags: ``readOnlyHint`` and
+    ``idempotentHint`` always; ``destructiveHint`` and ``openWorldHint`` when declared
+    (undeclared, a client assumes true)."""
+    return types.ToolAnnotations(
+        read_only_hint=tool.read_only,
+        destructive_hint=tool.destructive,
+        idempotent_hint=tool.idempotent,
+        open_world_hint=tool.open_world,
+    )
+
+
+@dataclass(frozen=True)
+class ToolOutput:
+    """A tool's declared output: the JSON Schema (an object) and how to check a value."""
+
+    schema: dict[str, Any]
+    adapter: TypeAdapter[Any]
+    annotation_text: str
+
+    def dump(self, output: Any) -> Any:
+        """``output`` (as the fleet returned it, JSON) checked against the declared type and
+        dumped as JSON again; ValidationError when it does not match."""
+        value = self.adapter.validate_python(output, by_alias=True, by_name=True)
+        return self.adapter.dump_python(value, mode="json", by_alias=True)
+
+
+def tool_output(tool: Tool) -> ToolOutput | None:
+    """``tool``'s declared output when its return annotation is an object type (a dict, a
+    pydantic model, a dataclass, a TypedDict from typing_extensions); None otherwise. The
+    annotation read is the postprocessor's when the tool has one: what it returns is the
+    tool's output.
+
+    An object schema only: MCP's ``outputSchema`` must be ``type: object`` (through the
+    2025-11-25 protocol), and a number or a list is not wrapped as ``{"result": ...}`` as the
+    SDK's MCPServer does, so that ``structuredContent`` is the tool's output itself, the value
+    its history records."""
+    func = tool.postprocessor or tool.func_callable
+    try:
+        annotation = inspect.signature(func, eval_str=True).return_annotation
+    except (TypeError, ValueError, NameError, SyntaxError):
+        return None
+    if annotation in (inspect.Signature.empty, Any, None, type(None)):
+        return None
+    try:
+        adapter: TypeAdapter[Any] = TypeAdapter(annotation)
+        schema = adapter.json_schema(mode="serialization")
+    except Exception:  # pydantic cannot describe it (an arbitrary class): no schema
+        return None
+    schema = _inline_root_ref(schema)
+    if schema.get("type") != "object":
+        return None
+    return ToolOutput(schema, adapter, _annotation_text(annotation))
+
+
+def _inline_root_ref(schema: dict[str, Any]) -> dict[str, Any]:
+    """A schema whose root is a ``$ref`` (a recursive model) with that definition inlined."""
+    ref = schema.get("$ref")
+    defs = schema.get("$defs") or {}
+    if not isinstance(ref, str) or not ref.startswith("#/$defs/"):
+        return schema
+    target = defs.get(ref.removeprefix("#/$defs/"))
+    if not isinstance(target, dict):
+        return schema
+    return {**target, "$defs": defs}
+
+
+def _annotation_text(annotation: Any) -> str:
+    return annotation.__name__ if isinstance(annotation, type) else str(annotation)
+
+
+def _first_error(exc: ValidationError) -> str:
+    (first, *_) = exc.errors()
+    where = ".".join(str(p) for p in first["loc"]) or "the output"
+    return f"{where}: {first['msg']}"
 
 
 def _text(output: Any) -> str:
@@ -184,13 +305,19 @@ ASGIApp = Callable[[dict[str, Any], Any, Any], Awaitable[None]]
 
 
 def require_bearer(app: ASGIApp, token: str) -> ASGIApp:
-    """Wrap an ASGI app so every HTTP request must carry ``Authorization: Bearer <token>``."""
-    expected = f"Bearer {token}".encode()
+    """Wrap an ASGI app so every HTTP request must carry ``Authorization: Bearer <token>``.
+
+    The scheme is case-insensitive (``bearer``, ``BEARER``: RFC 9110 section 11.1); the token is
+    compared exactly, in constant time."""
+    expected = token.encode()
 
     async def guarded(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope.get("type") == "http":
             given = dict(scope.get("headers") or []).get(b"authorization", b"")
-            if not hmac.compare_digest(given, expected):
+            scheme, _, credentials = given.strip().partition(b" ")
+            if not (
+                scheme.lower() == b"bearer" and hmac.compare_digest(credentials.strip(), expected)
+            ):
                 body = b'{"error": "missing or wrong bearer token"}'
                 await send(
                     {

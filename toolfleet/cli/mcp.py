@@ -7,12 +7,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import importlib
 import ipaddress
 import os
+import signal
 import sys
-from collections.abc import Sequence
-from typing import Any
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, cast
 
 from toolfleet.cli.tool_modules import add_tools_option, load_tool_modules, tool_modules
 from toolfleet.schemas.action import CallParams
@@ -31,6 +35,7 @@ Examples:
 With TOOLFLEET_BROKER_URL unset, a private Redis and one sync and one async worker are started
 and stopped with the server (the embedded default). Each MCP session's calls go to one branch:
 `toolfleet history <branch_id>` (the id is in each result's _meta "toolfleet/branch_id").
+SIGTERM or Ctrl-C stops the server: calls in flight are cancelled, the fleet's clients closed.
 Exit codes: 0 stopped; 2 bad option, no tool module, or the mcp extra is not installed.
 """
 
@@ -104,6 +109,8 @@ def _main(args: argparse.Namespace) -> int:
 def _serve_command(args: argparse.Namespace) -> int:
     from toolfleet.schemas.settings import Settings
 
+    # First: from here on, only the protocol writes to the real stdout.
+    protocol = _claim_stdio() if args.transport == "stdio" else None
     settings = Settings.from_env()
     tools = tool_modules(settings.tools, args.tools)
     try:
@@ -128,7 +135,7 @@ def _serve_command(args: argparse.Namespace) -> int:
     from toolfleet.cli.embedded import resolve_fleet
     from toolfleet.schemas import tracing
 
-    tracing.configure_from_env("toolfleet-mcp")
+    tracing.configure_from_env("toolfleet-mcp", console=sys.stderr if protocol else None)
     if not settings.broker_url:
         print(
             "toolfleet mcp: TOOLFLEET_BROKER_URL is unset: starting the embedded default "
@@ -146,6 +153,7 @@ def _serve_command(args: argparse.Namespace) -> int:
                     token=token,
                     gates=gates,
                     call_params=params,
+                    protocol=protocol,
                 )
             )
         except KeyboardInterrupt:
@@ -179,30 +187,190 @@ async def _serve(
     token: str | None,
     gates: Sequence[Any],
     call_params: CallParams | None,
+    protocol: _ProtocolStdio | None = None,
 ) -> None:
-    from toolfleet.adapters.mcp import FleetMcpServer, require_bearer
+    from toolfleet.adapters.mcp import FleetMcpServer
     from toolfleet.dispatcher.fleet import Fleet
 
     fleet = Fleet(settings)
+    stop = _Stop()
+    with _on_stop_signals(stop):
+        try:
+            bridge = FleetMcpServer(fleet, gates=gates, call_params=call_params)
+            server = bridge.server
+            if transport == "stdio":
+                import anyio
+                from mcp.server.stdio import stdio_server
+
+                with anyio.CancelScope() as serving:
+                    stop.then(serving.cancel)
+                    streams = protocol.streams() if protocol is not None else ()
+                    async with stdio_server(*streams) as (read, write):
+                        await server.run(read, write, server.create_initialization_options())
+            else:
+                await _serve_http(server, host, port, token, stop)
+        finally:
+            await fleet.aclose()
+    if stop.signals:
+        print(
+            f"toolfleet mcp: stopped by {stop.signals[0]}; the fleet's clients are closed",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+async def _serve_http(server: Any, host: str, port: int, token: str | None, stop: _Stop) -> None:
+    import uvicorn
+
+    from toolfleet.adapters.mcp import require_bearer
+
+    class _Server(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            # uvicorn re-raises a captured SIGTERM once it has shut down, which kills the
+            # process (exit 143) before the fleet is closed; _on_stop_signals has it instead.
+            yield
+
+    app: Any = server.streamable_http_app(host=host)
+    if token is not None:
+        app = require_bearer(app, token)
+    print(f"toolfleet mcp: serving http://{host}:{port}/mcp", file=sys.stderr, flush=True)
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level="warning",
+        lifespan="on",
+        # An open stream (a client's GET) would hold the shutdown forever.
+        timeout_graceful_shutdown=STOP_GRACE_S,
+    )
+    web = _Server(config)
+
+    def shut_down() -> None:
+        web.force_exit = web.should_exit  # a second signal: stop waiting for requests
+        web.should_exit = True
+
+    stop.then(shut_down)
+    await web.serve()
+
+
+class _Stop:
+    """A SIGTERM or SIGINT: noted, and passed to what stops the server once it runs."""
+
+    def __init__(self) -> None:
+        self.signals: list[str] = []
+        self._action: Callable[[], None] | None = None
+
+    def __call__(self, signum: int) -> None:
+        self.signals.append(signal.Signals(signum).name)
+        if self._action is not None:
+            self._action()
+
+    def then(self, action: Callable[[], None]) -> None:
+        """Run ``action`` on each signal from now on (at once if one came already)."""
+        self._action = action
+        if self.signals:
+            action()
+
+
+# HTTP: how long a stop waits for requests in flight before cancelling them.
+STOP_GRACE_S = 5
+
+
+@contextlib.contextmanager
+def _on_stop_signals(stop: Callable[[int], None]) -> Iterator[None]:
+    """Call ``stop(signum)`` on SIGTERM (docker, systemd) and SIGINT while serving, instead
+    of dying with 143 or a KeyboardInterrupt halfway through; the previous handlers (the
+    embedded fleet's, asyncio's) come back afterwards."""
+    loop = asyncio.get_running_loop()
+    installed: list[tuple[signal.Signals, Any]] = []
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        previous = signal.getsignal(signum)
+        try:
+            loop.add_signal_handler(signum, stop, signum)
+        except (ValueError, RuntimeError, NotImplementedError):
+            continue  # not the main thread, or no signals here: the default stays
+        installed.append((signum, previous))
     try:
-        bridge = FleetMcpServer(fleet, gates=gates, call_params=call_params)
-        server = bridge.server
-        if transport == "stdio":
-            from mcp.server.stdio import stdio_server
-
-            async with stdio_server() as (read, write):
-                await server.run(read, write, server.create_initialization_options())
-            return
-        import uvicorn
-
-        app: Any = server.streamable_http_app(host=host)
-        if token is not None:
-            app = require_bearer(app, token)
-        print(f"toolfleet mcp: serving http://{host}:{port}/mcp", file=sys.stderr, flush=True)
-        config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
-        await uvicorn.Server(config).serve()
+        yield
     finally:
-        await fleet.aclose()
+        for signum, previous in installed:
+            loop.remove_signal_handler(signum)
+            with contextlib.suppress(ValueError, TypeError):
+                signal.signal(signum, previous)
+
+
+@dataclass
+class _ProtocolStdio:
+    """The protocol's private copies of the process's stdin and stdout."""
+
+    stdin_fd: int
+    stdout_fd: int
+
+    def streams(self) -> tuple[Any, Any]:
+        """(stdin, stdout) for ``mcp.server.stdio.stdio_server``."""
+        import io
+
+        import anyio
+
+        out = io.TextIOWrapper(
+            os.fdopen(self.stdout_fd, "wb", closefd=False), encoding="utf-8", newline="\n"
+        )
+        return cast(Any, _StdinLines(self.stdin_fd)), anyio.wrap_file(out)
+
+
+def _claim_stdio() -> _ProtocolStdio | None:
+    """Keep stdin and stdout for the MCP protocol alone, for the rest of the process.
+
+    The protocol gets private duplicates of fds 0 and 1; then fd 1 points at stderr and fd 0
+    at /dev/null, so whatever else writes to stdout (a print in a tool module, a console span
+    exporter, its final flush at exit, a child process) lands on stderr, and nothing else
+    reads the client's input. The mcp package's stdio_server diverts them only while it
+    serves and gives fd 1 back on its exit, before the last spans are flushed.
+    """
+    sys.stdout.flush()
+    try:
+        stdin_fd, stdout_fd = os.dup(0), os.dup(1)  # not inherited by children
+    except OSError:
+        return None  # no stdin or stdout to keep: stdio_server's own handling
+    os.dup2(2, 1)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    return _ProtocolStdio(stdin_fd, stdout_fd)
+
+
+class _StdinLines:
+    """The client's lines, read by a daemon thread: a stop never waits on a blocked read (an
+    anyio worker thread would, and would then hold the interpreter's exit too)."""
+
+    def __init__(self, fd: int) -> None:
+        self._queue: asyncio.Queue[str | None] = asyncio.Queue()
+        loop = asyncio.get_running_loop()
+
+        def pump() -> None:
+            def put(line: str | None) -> None:
+                with contextlib.suppress(RuntimeError):  # the loop has closed: we are exiting
+                    loop.call_soon_threadsafe(self._queue.put_nowait, line)
+
+            try:
+                with os.fdopen(fd, "rb", closefd=False) as raw:
+                    for line in raw:
+                        put(line.decode("utf-8", errors="replace"))
+            except (OSError, ValueError):
+                pass
+            put(None)
+
+        threading.Thread(target=pump, name="toolfleet-mcp-stdin", daemon=True).start()
+
+    def __aiter__(self) -> _StdinLines:
+        return self
+
+    async def __anext__(self) -> str:
+        line = await self._queue.get()
+        if line is None:
+            raise StopAsyncIteration
+        return line
 
 
 def _token(args: argparse.Namespace) -> str | None:
