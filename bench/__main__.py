@@ -32,7 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--check",
         action="store_true",
-        help="exit 1 when a measured target is missed or a workload failed (issue 16)",
+        help="exit 1 when a measured target is missed or a workload failed",
     )
     parser.add_argument(
         "--only", action="append", choices=sorted(WORKLOADS), metavar="WORKLOAD",

@@ -34,7 +34,7 @@ def _thread_loop() -> asyncio.AbstractEventLoop:
     return loop
 
 
-# Celery settings toolfleet turns on for reliability (C7, issue 7) and Flower (C10); with
+# Celery settings toolfleet turns on for reliability (C7) and Flower (C10); with
 # BENCH_CELERY_PROFILE=toolfleet the baseline pays for them too, which separates Celery's cost
 # of those settings from toolfleet's own.
 TOOLFLEET_PROFILE: dict[str, Any] = {

@@ -1,4 +1,4 @@
-"""``python -m bench.chaos``: longer chaos runs than the suite's ``-m chaos`` tests (issue 12).
+"""``python -m bench.chaos``: longer chaos runs than the suite's ``-m chaos`` tests.
 
 The same faults with more calls and more kills: async and sync worker SIGKILL storms and
 repeated broker crash+restarts, each on a redis-server of its own with real workers. One JSON
@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 from tests.support.chaos_support import (
-    ChaosBroker,
     Ledger,
     act_and_load,
     chaos_calls,
@@ -30,9 +29,10 @@ from tests.support.chaos_support import (
     judge,
     replace_a_worker,
     start_chaos_worker,
-    until,
 )
 from tests.support.fleet import WorkerProcess
+from tests.support.redis_server import PrivateRedis
+from tests.support.waiting import until_async
 
 __all__ = ["main"]
 
@@ -45,7 +45,7 @@ ENV = {
 }
 
 
-def _start(kind: str, broker: ChaosBroker, concurrency: int) -> WorkerProcess:
+def _start(kind: str, broker: PrivateRedis, concurrency: int) -> WorkerProcess:
     return start_chaos_worker(kind, broker, concurrency, ENV)
 
 
@@ -59,7 +59,7 @@ def _line(name: str, faults: int, elapsed_s: float, verdict: Any) -> dict[str, A
 
 def _run(
     name: str,
-    broker: ChaosBroker,
+    broker: PrivateRedis,
     pool: list[WorkerProcess],
     requests: list[dict[str, Any]],
     ledger: Ledger,
@@ -77,7 +77,9 @@ def _run(
             def reached(share: int = share) -> bool:
                 return ledger.count("E") >= share
 
-            await until(reached, task, f"{k}/{faults + 1} of the calls", 600)
+            await until_async(
+                reached, timeout_s=600, what=f"{k}/{faults + 1} of the calls", while_running=task
+            )
             await fault(k)
 
     try:
@@ -92,7 +94,7 @@ def _run(
 
 def worker_storm(kind: str, calls: int, kills: int, seed: int) -> dict[str, Any]:
     rng = random.Random(seed)
-    broker = ChaosBroker(persist=False)
+    broker = PrivateRedis(persist=False)
     broker.start()
     concurrency = 50 if kind == "async" else 4
     pool = [_start(kind, broker, concurrency) for _ in range(2)]
@@ -109,7 +111,7 @@ def worker_storm(kind: str, calls: int, kills: int, seed: int) -> dict[str, Any]
 
 def broker_restarts(calls: int, restarts: int, seed: int) -> dict[str, Any]:
     rng = random.Random(seed)
-    broker = ChaosBroker(persist=True)
+    broker = PrivateRedis(persist=True)
     broker.start()
     pool = [_start("sync", broker, 4), _start("async", broker, 50)]
     ledger = Ledger(Path(tempfile.mkdtemp(prefix="toolfleet-chaos-")))

@@ -47,7 +47,7 @@ class Result:
     variant: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
     ratios: dict[str, float] = field(default_factory=dict)
-    # Issue 16's targets this line carries: {"name", "value" (the ratio or figure), "met"}.
+    # The performance targets this line carries: {"name", "value" (the ratio or figure), "met"}.
     targets: list[dict[str, Any]] = field(default_factory=list)
     skipped: str | None = None
     error: str | None = None

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
+
+from tests.support.waiting import until
 
 __all__ = ["WorkerProcess", "repo_root"]
 
@@ -62,13 +64,14 @@ class WorkerProcess:
                 cwd=str(repo_root()),
                 start_new_session=True,
             )
-        deadline = time.monotonic() + self.ready_timeout_s
-        while time.monotonic() < deadline:
-            if _READY_MARK in self.log_path.read_bytes():
-                return self
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.05)  # polling a log file; there is no event to wait on
+        proc = self.proc
+        with contextlib.suppress(TimeoutError):  # polling a log file; there is no event
+            until(
+                lambda: _READY_MARK in self.log_path.read_bytes() or proc.poll() is not None,
+                timeout_s=self.ready_timeout_s,
+            )
+        if _READY_MARK in self.log_path.read_bytes():
+            return self
         tail = self.log_path.read_bytes()[-2000:].decode(errors="replace")
         self.stop()
         raise RuntimeError(

@@ -1,11 +1,11 @@
 """The ``roundtrips`` workload: Redis commands the server sees per call, sequential echo.
 
 Deterministic where wall time is not: each mode runs on its **own** ``redis-server`` (started
-here on a free port, stopped by PID), so no other client's commands are counted; the count is
-``INFO commandstats`` after the calls minus before, less what the same processes send while
-idle for as long (pollers: BRPOP timeouts, heartbeats, the monitor lease check), divided by
-the number of calls. Each line carries the per-command breakdown (``commands``), so a
-regression names its command.
+on a free port by the launcher toolfleet ships, stopped by PID), so no other client's commands
+are counted; the count is ``INFO commandstats`` after the calls minus before, less what the
+same processes send while idle for as long (pollers: BRPOP timeouts, heartbeats, the monitor
+lease check), divided by the number of calls. Each line carries the per-command breakdown
+(``commands``), so a regression names its command.
 """
 
 from __future__ import annotations
@@ -13,10 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import shutil
-import socket
 import subprocess
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 
@@ -27,8 +24,9 @@ from bench.celery_app import ECHO
 from bench.measure import Result
 from bench.raw_celery import RawCelery
 from bench.raw_celery import worker as raw_worker
+from tests.support.redis_server import PrivateRedis
 
-__all__ = ["PrivateRedis", "command_counts", "measure_commands"]
+__all__ = ["command_counts", "measure_commands"]
 
 # Calls not counted: imports, connections, script loading (EVALSHA's first NOSCRIPT).
 WARMUP_CALLS = 5
@@ -54,51 +52,6 @@ def newest_redis_server() -> str:
     if not found:
         raise RuntimeError("the roundtrips workload needs redis-server on PATH")
     return max(found, key=lambda path: found[path])
-
-
-class PrivateRedis:
-    """A throwaway ``redis-server`` on a free loopback port, no persistence; stopped by PID."""
-
-    def __init__(self) -> None:
-        self.port = _free_port()
-        self.dir = tempfile.mkdtemp(prefix="bench-redis-")
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def __enter__(self) -> PrivateRedis:
-        binary = newest_redis_server()
-        argv = [binary, "--bind", "127.0.0.1", "--port", str(self.port), "--save", "",
-                "--appendonly", "no", "--dir", self.dir]  # fmt: skip
-        self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        client = redis.Redis(port=self.port)
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while True:
-            try:
-                client.ping()
-                break
-            except redis.ConnectionError:
-                if time.monotonic() > deadline or self.proc.poll() is not None:
-                    self.__exit__()
-                    raise RuntimeError(f"redis-server on port {self.port} did not start") from None
-                time.sleep(0.05)  # polling a starting server; there is no event to wait on
-        client.close()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(timeout=10)
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def command_counts(client: redis.Redis) -> dict[str, int]:
@@ -140,12 +93,15 @@ def _line(mode: str, variant: str, calls: int, per_call: dict[str, float], wall_
 
 @contextlib.contextmanager
 def _server() -> Iterator[tuple[PrivateRedis, redis.Redis]]:
-    with PrivateRedis() as server:
-        client = redis.Redis(port=server.port)
-        try:
-            yield server, client
-        finally:
-            client.close()
+    """A throwaway redis-server (the newest on PATH) on a free loopback port, no persistence."""
+    server = PrivateRedis(executable=newest_redis_server(), ready_timeout_s=READY_TIMEOUT_S)
+    server.start()
+    client = redis.Redis(port=server.port)
+    try:
+        yield server, client
+    finally:
+        client.close()
+        server.kill()
 
 
 def celery_line(calls: int, workers: int, profile: str | None = None) -> Result:

@@ -1,4 +1,4 @@
-"""How big each workload is: the issue's full sizes, and a smoke-run (--quick) set."""
+"""How big each workload is: the full sizes the targets are set at, and a --quick set."""
 
 from __future__ import annotations
 

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import atexit
 import os
-import socket
-import subprocess
-import time
 import uuid
 from collections.abc import Iterator
 
@@ -14,6 +11,7 @@ import pytest
 import redis
 from celery import Celery
 
+from tests.support.redis_server import PrivateRedis
 from toolfleet.schemas.settings import Settings
 from toolfleet.workers.app import create_app
 
@@ -33,33 +31,10 @@ def _start_private_redis() -> int:
 
     So that the README's test command works on a machine with no Redis installed.
     """
-    from toolfleet.cli.embedded import find_redis_server
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = int(sock.getsockname()[1])
-    proc = subprocess.Popen(
-        [
-            find_redis_server(),
-            "--bind",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    atexit.register(proc.terminate)
-    deadline = time.monotonic() + 10
-    while not _answers("127.0.0.1", port):
-        if time.monotonic() > deadline or proc.poll() is not None:
-            raise RuntimeError(f"private redis-server on port {port} did not answer in 10 s")
-        time.sleep(0.02)
-    return port
+    server = PrivateRedis()
+    server.start()
+    atexit.register(server.kill)
+    return server.port
 
 
 if not _answers(REDIS_HOST, REDIS_PORT):
@@ -101,10 +76,9 @@ def redis_client(redis_db: int) -> Iterator[redis.Redis]:
     client.close()
 
 
-# --- worker fixtures (issue 3): real `toolfleet worker` processes on the session's Redis DB ---
+# --- worker fixtures: real `toolfleet worker` processes on the session's Redis DB ---
 
 from tests.support.fleet import WorkerProcess, start_worker  # noqa: E402
-from tests.support.reliability_support import PrivateRedis  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -164,7 +138,7 @@ def broker() -> Iterator[PrivateRedis]:
     server = PrivateRedis()
     server.start()
     yield server
-    server.stop()
+    server.kill()
 
 
 @pytest.fixture()

@@ -1,4 +1,5 @@
-"""Chaos (issue 12 item 8): the broker crashes and restarts, stalls, and goes away for 40 s.
+"""Chaos (C5, C7: nothing lost, nothing run twice): the broker crashes and restarts, stalls,
+and goes away for 40 s.
 
 Each test has a redis-server of its own (append-only file, fsync per write, as Redis is run
 in production) and a sync and an async worker on it; the test SIGKILLs, SIGSTOPs/SIGCONTs and
@@ -21,7 +22,6 @@ import pytest
 
 from tests.support.chaos_support import (
     Chaos,
-    ChaosBroker,
     Ledger,
     act_and_load,
     broker_fixture,
@@ -29,9 +29,10 @@ from tests.support.chaos_support import (
     chaos_settings,
     judge,
     start_chaos_worker,
-    until,
 )
 from tests.support.fleet import WorkerProcess
+from tests.support.redis_server import PrivateRedis
+from tests.support.waiting import until_async
 from toolfleet.dispatcher import Branch
 from toolfleet.schemas.action import ActionResponseModel, CallParams
 
@@ -50,7 +51,7 @@ broker = broker_fixture(persist=True)
 
 
 @pytest.fixture()
-def fleet(broker: ChaosBroker) -> Iterator[list[WorkerProcess]]:
+def fleet(broker: PrivateRedis) -> Iterator[list[WorkerProcess]]:
     started: list[WorkerProcess] = []
     try:
         for kind, concurrency in (("sync", 3), ("async", 20)):
@@ -62,7 +63,7 @@ def fleet(broker: ChaosBroker) -> Iterator[list[WorkerProcess]]:
 
 
 def _run(
-    broker: ChaosBroker,
+    broker: PrivateRedis,
     ledger: Ledger,
     n: int,
     fault: str,
@@ -83,7 +84,7 @@ def _run(
 
 
 def test_broker_crashes_and_restarts_mid_batch_lose_and_repeat_nothing(
-    broker: ChaosBroker, fleet: list[WorkerProcess], tmp_path: Path
+    broker: PrivateRedis, fleet: list[WorkerProcess], tmp_path: Path
 ) -> None:
     """Two crashes: calls are queued, reserved, running and still to be enqueued (a window of
     40) at each. Found by it: a worker exited on a restart (kombu), and calls enqueued while
@@ -94,7 +95,12 @@ def test_broker_crashes_and_restarts_mid_batch_lose_and_repeat_nothing(
     async def crash(branch: Branch, task: asyncio.Future[list[ActionResponseModel]]) -> None:
         for k in (1, 2):
             share = k * n // 3
-            await until(lambda s=share: ledger.count("E") >= s, task, f"{k}/3 of the calls", 60)
+            await until_async(
+                lambda s=share: ledger.count("E") >= s,
+                timeout_s=60,
+                what=f"{k}/3 of the calls",
+                while_running=task,
+            )
             await asyncio.to_thread(broker.kill)
             await asyncio.sleep(1.0)  # down for a moment: connections fail, then come back
             await asyncio.to_thread(broker.start)
@@ -106,13 +112,18 @@ def test_broker_crashes_and_restarts_mid_batch_lose_and_repeat_nothing(
 
 
 def test_a_broker_stall_longer_than_the_socket_timeout_fails_no_call(
-    broker: ChaosBroker, fleet: list[WorkerProcess], tmp_path: Path
+    broker: PrivateRedis, fleet: list[WorkerProcess], tmp_path: Path
 ) -> None:
     ledger = Ledger(tmp_path)
     n = 120
 
     async def stall(branch: Branch, task: asyncio.Future[list[ActionResponseModel]]) -> None:
-        await until(lambda: ledger.count("E") >= n // 3, task, "a third of the calls", 60)
+        await until_async(
+            lambda: ledger.count("E") >= n // 3,
+            timeout_s=60,
+            what="a third of the calls",
+            while_running=task,
+        )
         broker.pause()
         try:
             # Past redis-py's 5 s socket timeout, well short of the outage limit.
@@ -124,14 +135,19 @@ def test_a_broker_stall_longer_than_the_socket_timeout_fails_no_call(
 
 
 def test_a_40_s_broker_outage_within_the_limit_loses_and_repeats_nothing(
-    broker: ChaosBroker, fleet: list[WorkerProcess], tmp_path: Path
+    broker: PrivateRedis, fleet: list[WorkerProcess], tmp_path: Path
 ) -> None:
     ledger = Ledger(tmp_path)
     n = 40
     down: list[float] = []
 
     async def outage(branch: Branch, task: asyncio.Future[list[ActionResponseModel]]) -> None:
-        await until(lambda: ledger.count("E") >= n // 4, task, "a quarter of the calls", 60)
+        await until_async(
+            lambda: ledger.count("E") >= n // 4,
+            timeout_s=60,
+            what="a quarter of the calls",
+            while_running=task,
+        )
         await asyncio.to_thread(broker.kill)
         started = time.monotonic()
         await asyncio.sleep(OUTAGE_S)

@@ -1,5 +1,5 @@
-"""Chaos (issue 12 item 8): the dispatcher SIGKILLed mid-batch and ``toolfleet recover``;
-a batch that needs a worker kind no one runs.
+"""Chaos (C5, C7: the history completed exactly once): the dispatcher SIGKILLed mid-batch and
+``toolfleet recover``; a batch that needs a worker kind no one runs.
 
 Each test has its own redis-server and real workers. It asserts, from the ledger the tools
 write themselves and from the history stored in Redis: the batch ended (recover finished, or
@@ -24,7 +24,6 @@ import pytest
 
 from tests.support.chaos_support import (
     CHAOS_TOOLS,
-    ChaosBroker,
     Ledger,
     act_and_load,
     broker_fixture,
@@ -36,7 +35,9 @@ from tests.support.chaos_support import (
     stored_branch,
     stored_results,
 )
-from tests.support.fleet import REPO_ROOT, WorkerProcess, wait_for
+from tests.support.fleet import REPO_ROOT, WorkerProcess
+from tests.support.redis_server import PrivateRedis
+from tests.support.waiting import until
 from toolfleet.cli.admin import orphaned_batches
 from toolfleet.dispatcher import Branch
 from toolfleet.schemas.action import ActionResponseModel
@@ -68,12 +69,12 @@ _DISPATCHER = textwrap.dedent(
 broker = broker_fixture(persist=False)  # `workers` is conftest's
 
 
-def _start(kind: str, broker: ChaosBroker, concurrency: int) -> WorkerProcess:
+def _start(kind: str, broker: PrivateRedis, concurrency: int) -> WorkerProcess:
     return start_chaos_worker(kind, broker, concurrency, WORKER_ENV)
 
 
 def test_a_sigkilled_dispatchers_batch_is_completed_by_toolfleet_recover(
-    broker: ChaosBroker, workers: list[WorkerProcess], tmp_path: Path
+    broker: PrivateRedis, workers: list[WorkerProcess], tmp_path: Path
 ) -> None:
     workers += [_start("sync", broker, 2), _start("async", broker, 10)]
     ledger = Ledger(tmp_path)
@@ -94,7 +95,7 @@ def test_a_sigkilled_dispatchers_batch_is_completed_by_toolfleet_recover(
     keys = Keys()
     with broker.client() as client:
         # `toolfleet status` names the batch once the dead dispatcher's heartbeat expires.
-        wait_for(
+        until(
             lambda: any(b["branch_id"] == branch_id for b in orphaned_batches(client, keys)),
             timeout_s=60,
             interval_s=0.5,
@@ -141,7 +142,7 @@ def test_a_sigkilled_dispatchers_batch_is_completed_by_toolfleet_recover(
 
 
 def test_a_missing_worker_kind_fails_its_calls_no_worker_error_and_they_never_run(
-    broker: ChaosBroker, workers: list[WorkerProcess], tmp_path: Path
+    broker: PrivateRedis, workers: list[WorkerProcess], tmp_path: Path
 ) -> None:
     workers.append(_start("sync", broker, 2))  # no async worker at all
     ledger = Ledger(tmp_path)
@@ -176,7 +177,7 @@ def test_a_missing_worker_kind_fails_its_calls_no_worker_error_and_they_never_ru
     # runs none of them (C7).
     workers.append(_start("async", broker, 10))
     with broker.client() as client:
-        wait_for(
+        until(
             lambda: client.llen(settings.async_queue) == 0 and not client.hlen("unacked"),
             timeout_s=60,
             what="the late async worker to take every message",

@@ -1,4 +1,5 @@
-"""Chaos (issue 12 item 9): a network partition between hosts, with a real network.
+"""Chaos (C7: nothing lost, nothing run twice): a network partition between hosts, with a real
+network.
 
 Two sync workers, each in a network namespace of its own (``ip netns`` + a veth pair), reach a
 private redis-server over their veth (it listens on the host ends). A batch fans out to both
@@ -25,19 +26,19 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_flower_cli import FlowerProcess, http_get, start_flower, stop_flower
 from tests.support.chaos_support import (
     CHAOS_TOOLS,
-    ChaosBroker,
     Ledger,
     act_through,
     chaos_calls,
     chaos_settings,
     judge,
     stored_branch,
-    until,
 )
-from tests.support.fleet import WorkerProcess, start_worker, wait_for
+from tests.support.fleet import WorkerProcess, start_worker
+from tests.support.flower import FlowerProcess, http_get, start_flower, stop_flower
+from tests.support.redis_server import PrivateRedis
+from tests.support.waiting import until, until_async
 from toolfleet.dispatcher import Branch
 from toolfleet.schemas.action import ActionResponseModel
 from toolfleet.schemas.settings import Settings
@@ -122,7 +123,7 @@ def test_a_partitioned_host_loses_nothing_and_runs_nothing_twice(
     hosts: tuple[Host, Host], tmp_path: Path
 ) -> None:
     a, b = hosts
-    broker = ChaosBroker(persist=False, also_bind=(a.outer_ip, b.outer_ip))
+    broker = PrivateRedis(persist=False, also_bind=(a.outer_ip, b.outer_ip))
     broker.start()
     workers: list[WorkerProcess] = []
     flower: FlowerProcess | None = None
@@ -164,7 +165,7 @@ def _wait_for_task_events(broker_url: str, workers: list[WorkerProcess]) -> None
     client = redis.Redis.from_url(broker_url)
     try:
         key = Settings(broker_url=broker_url).key("monitor")
-        wait_for(
+        until(
             lambda: {w.hostname for w in workers} <= set(live_leases(client, key)),
             timeout_s=30,
             interval_s=0.25,
@@ -184,11 +185,11 @@ def _assert_flower_shows_both_hosts(
         wanted = {w.hostname for w in workers}
         return shown if wanted <= shown else None
 
-    wait_for(hosts_in_flower, timeout_s=30, interval_s=0.5, what="Flower to show both hosts")
+    until(hosts_in_flower, timeout_s=30, interval_s=0.5, what="Flower to show both hosts")
 
 
 def _partition_run(
-    broker: ChaosBroker, a: Host, workers: list[WorkerProcess], tmp_path: Path
+    broker: PrivateRedis, a: Host, workers: list[WorkerProcess], tmp_path: Path
 ) -> set[str]:
     ledger = Ledger(tmp_path)
     n = 40
@@ -204,11 +205,11 @@ def _partition_run(
         )
 
     async def partition(branch: Branch, task: asyncio.Future[list[ActionResponseModel]]) -> None:
-        await until(
+        await until_async(
             lambda: ledger.count("E") >= n // 4 and running_on_a(),
-            task,
-            "a quarter of the calls, with one running on host A",
-            90,
+            timeout_s=90,
+            what="a quarter of the calls, with one running on host A",
+            while_running=task,
         )
         a.cut()
         window.append(len(ledger.lines()))

@@ -1,4 +1,5 @@
-"""Chaos (issue 12 item 8): worker SIGKILL storms, async and sync, with real processes.
+"""Chaos (C7: nothing lost, nothing finished run again): worker SIGKILL storms, async and sync,
+with real processes.
 
 A batch runs on two workers of one kind while the test SIGKILLs workers (and prefork
 children) again and again, starting a fresh worker after each whole-worker kill. Each test
@@ -22,7 +23,6 @@ import pytest
 
 from tests.support.chaos_support import (
     Chaos,
-    ChaosBroker,
     Ledger,
     act_and_load,
     broker_fixture,
@@ -31,10 +31,11 @@ from tests.support.chaos_support import (
     judge,
     replace_a_worker,
     start_chaos_worker,
-    until,
 )
 from tests.support.fleet import WorkerProcess
+from tests.support.redis_server import PrivateRedis
 from tests.support.reliability_support import kill_pid
+from tests.support.waiting import until_async
 from toolfleet.dispatcher import Branch
 from toolfleet.schemas.action import ActionResponseModel
 
@@ -59,7 +60,7 @@ class _Storm:
     def __init__(
         self,
         kind: str,
-        broker: ChaosBroker,
+        broker: PrivateRedis,
         concurrency: int,
         directory: Path,
         *,
@@ -103,17 +104,17 @@ class _Storm:
 
 
 def test_an_async_worker_sigkill_storm_loses_and_repeats_nothing(
-    broker: ChaosBroker, tmp_path: Path
+    broker: PrivateRedis, tmp_path: Path
 ) -> None:
     chaos = _Storm("async", broker, 20, tmp_path, seed=12, n=300, seconds=(0.4, 1.4))
 
     async def storm(branch: Branch, task: asyncio.Future[list[ActionResponseModel]]) -> None:
         for k in range(1, chaos.kills + 1):
-            await until(
+            await until_async(
                 lambda k=k: chaos.reached(k),
-                task,
-                f"{k}/{chaos.kills + 2} of the calls to finish",
-                120,
+                timeout_s=120,
+                what=f"{k}/{chaos.kills + 2} of the calls to finish",
+                while_running=task,
             )
             await chaos.replace_a_worker()
 
@@ -121,7 +122,7 @@ def test_an_async_worker_sigkill_storm_loses_and_repeats_nothing(
 
 
 def test_a_sync_worker_sigkill_storm_loses_and_repeats_nothing(
-    broker: ChaosBroker, tmp_path: Path
+    broker: PrivateRedis, tmp_path: Path
 ) -> None:
     chaos = _Storm("sync", broker, 2, tmp_path, seed=8, n=60, seconds=(0.3, 0.9))
     ledger, pool = chaos.ledger, chaos.pool
@@ -145,7 +146,12 @@ def test_a_sync_worker_sigkill_storm_loses_and_repeats_nothing(
                 seen.append(child)
                 return True
 
-            await until(ready, task, f"{k}/{chaos.kills + 2} of the calls, one running", 120)
+            await until_async(
+                ready,
+                timeout_s=120,
+                what=f"{k}/{chaos.kills + 2} of the calls, one running",
+                while_running=task,
+            )
             if k % 2:  # a prefork child dies mid-call; its worker forks another
                 child = seen[-1]
                 assert child not in {w.pid for w in pool}

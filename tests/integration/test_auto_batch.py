@@ -1,4 +1,4 @@
-"""CallParams(batch_size="auto"): a lone call is its own message, a flood is batched (issue 16).
+"""CallParams(batch_size="auto"): a lone call is its own message, a flood is batched.
 
 Real workers run every call; the fleet's publish is observed (not replaced) to see how each
 ready group was sent.

@@ -1,8 +1,9 @@
-"""Bad input in a batch (issue 7 item 6), property-based, over real Redis and real workers.
+"""Bad input in a batch (D1, C1: each bad call fails alone), property-based, over real Redis
+and real workers.
 
 Every generated batch mixes bad calls of every kind (malformed envelopes, unknown tools,
 arguments that are not JSON, wrong types for a request model, oversized and deeply nested
-arguments; since issue 13 also lone surrogates, non-string keys, integers past 64 bits and
+arguments; and also lone surrogates, non-string keys, integers past 64 bits and
 values whose repr() raises, in arguments and in function names) with valid calls. Each bad
 call gets its own specific error and nothing is enqueued for it; the dispatcher never
 crashes; every valid call completes; every call has its linked request/response pair, in
@@ -121,7 +122,7 @@ too_deep = st.integers(150, 3000).map(
     )
 )
 
-# Issue 13: values that used to escape the per-call checks and fail the whole batch.
+# Values that used to escape the per-call checks and fail the whole batch.
 surrogate = st.builds(
     lambda head, code, tail: head + chr(code) + tail,
     st.text(max_size=4),

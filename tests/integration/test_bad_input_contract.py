@@ -1,4 +1,4 @@
-"""The strict JSON contract (issue 13 item 1): checked before enqueue, each breach an ABORTED
+"""The strict JSON contract (D1, C1): checked before enqueue, each breach an ABORTED
 call naming the offending path; the paths that record a call (history, logs, repr) are total,
 so no caller value can fail its neighbours or hang act().
 """

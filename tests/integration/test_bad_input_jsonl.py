@@ -1,4 +1,4 @@
-"""Issue 13 item 11: property-based fuzz over whole JSONL batch files, through the real
+"""Property-based fuzz over whole JSONL batch files, through the real
 ``toolfleet run`` path (bytes parsed line by line, one ``act()`` on real workers, results
 streamed as they are written).
 

@@ -1,4 +1,4 @@
-"""Workers refuse what they must not run (issue 7 item 6): messages that are not JSON, bodies that
+"""Workers refuse what they must not run: messages that are not JSON, bodies that
 are not a CallMessage, and calls naming a tool outside their registry, published straight
 through kombu. Nothing runs for them, nothing is imported, and the worker keeps serving.
 """
@@ -17,7 +17,7 @@ from celery.result import AsyncResult
 from kombu import Connection, Exchange, Producer
 
 from tests.support.fleet import WorkerProcess, collect_replies, run_calls
-from tests.support.reliability_support import wait_until
+from tests.support.waiting import until
 from toolfleet.schemas.keys import Keys
 from toolfleet.schemas.wire import CallResult
 from toolfleet.workers.app import EXECUTE_TASK, settings_of
@@ -50,7 +50,7 @@ def test_a_yaml_message_is_refused_and_its_tool_never_runs(
         "arguments": {"path": str(path), "text": "x"},
     }
     publish_raw(celery_app, call_id, (body,), "yaml")
-    wait_until(
+    until(
         lambda: "Refusing to deserialize untrusted content of type yaml" in sync_worker.log(),
         timeout_s=15,
         what="the worker to refuse the yaml message",
@@ -94,7 +94,7 @@ def test_a_call_naming_an_unregistered_tool_fails_and_runs_nothing(
     # No tool, so no list of secrets: every argument value is hidden in the record.
     assert set(result.event["arguments"].values()) == {"***"}
     assert not path.exists()
-    wait_until(
+    until(
         lambda: AsyncResult(call_id, app=celery_app).state == "FAILURE",
         timeout_s=10,
         what="Celery to record the failure",
@@ -124,7 +124,7 @@ def test_a_body_that_is_not_a_call_message_runs_nothing_and_the_worker_goes_on(
             item["arguments"]["path"] = str(path)
     task_id = str(uuid.uuid4())
     publish_raw(celery_app, task_id, args, "json")
-    wait_until(
+    until(
         lambda: AsyncResult(task_id, app=celery_app).state == "FAILURE",
         timeout_s=15,
         what="the malformed message to fail",

@@ -1,4 +1,4 @@
-"""Cancellation across machines (issue 7 item 4, DESIGN C9).
+"""Cancellation across machines (C9).
 
 Cancelling the task that awaits ``act()``: queued calls are revoked and never run, running async
 calls are cancelled on their worker, every unfinished call is recorded CANCELLED (Celery and
@@ -18,7 +18,7 @@ from celery import Celery
 from celery.result import AsyncResult
 
 from tests.support.fleet import WorkerProcess, call
-from tests.support.reliability_support import wait_until
+from tests.support.waiting import until, until_async
 from toolfleet.dispatcher import Branch, Fleet, HookPoint
 from toolfleet.schemas.action import CallParams
 from toolfleet.schemas.keys import Keys
@@ -72,11 +72,13 @@ def test_cancelling_act_revokes_queued_cancels_running_and_records_every_call(
                     and redis_client.llen(settings.sync_queue) == 2
                 )
 
-            deadline = time.monotonic() + 15
-            while not settled():
-                assert not task.done(), task
-                assert time.monotonic() < deadline, "the batch never reached the cancel point"
-                await asyncio.sleep(0.02)
+            await until_async(
+                settled,
+                timeout_s=15,
+                interval_s=0.02,
+                what="the batch to reach the cancel point",
+                while_running=task,
+            )
             cancelled_at = time.monotonic()
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
@@ -120,14 +122,14 @@ def test_cancelling_act_revokes_queued_cancels_running_and_records_every_call(
         return str(AsyncResult(task_id, app=celery_app).state)
 
     # The running async call is cancelled on its worker, long before its 30 s.
-    wait_until(lambda: state(running_async) == "REVOKED", timeout_s=5, what="async call revoked")
+    until(lambda: state(running_async) == "REVOKED", timeout_s=5, what="async call revoked")
     # The queued calls reach the worker after the 1.5 s sync call and are dropped unrun.
     for queued in (queued_append, queued_add):
-        wait_until(lambda q=queued: state(q) == "REVOKED", timeout_s=15, what=f"{queued} revoked")
+        until(lambda q=queued: state(q) == "REVOKED", timeout_s=15, what=f"{queued} revoked")
     assert not never_written.exists()
     # The sync call ran to its end, but its CANCELLED record stands (first record wins), so
     # the store, Celery and the history agree.
-    wait_until(lambda: state(running_sync) == "REVOKED", timeout_s=10, what="sync call settled")
+    until(lambda: state(running_sync) == "REVOKED", timeout_s=10, what="sync call settled")
     for call_id in (running_async, running_sync, queued_append, queued_add):
         stored = redis_client.get(keys.event(call_id))
         assert stored is not None and b'"cancelled"' in stored, call_id
@@ -154,10 +156,12 @@ def test_cancelling_a_sequential_batch_records_the_running_and_the_unstarted_cal
                 HookPoint.TOOL_PRE,
                 lambda p: running.append(p["call_id"]) if p["tool_name"] == "sleep_async" else None,
             )
-            limit = time.monotonic() + 15
-            while not (running and await fleet.redis.exists(keys.started(running[0]))):
-                assert time.monotonic() < limit, "the async call never started"
-                await asyncio.sleep(0.02)
+            await until_async(
+                lambda: running and fleet.redis.exists(keys.started(running[0])),
+                timeout_s=15,
+                interval_s=0.02,
+                what="the async call to start",
+            )
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
@@ -173,7 +177,7 @@ def test_cancelling_a_sequential_batch_records_the_running_and_the_unstarted_cal
     responses = branch.messages[1::2]
     assert [isinstance(r, ActionResponse) and r.success for r in responses] == [True, False, False]
     cancelled_id = branch.events[1].call_id
-    wait_until(
+    until(
         lambda: AsyncResult(cancelled_id, app=celery_app).state == "REVOKED",
         timeout_s=5,
         what="the running async call to be cancelled on its worker",
@@ -203,10 +207,12 @@ def test_a_cancellation_class_exception_from_a_hook_stops_and_records_the_siblin
                     return
                 # Let the first call reach its worker, then abort the whole batch.
                 keys = Keys(fleet_settings.key_prefix)
-                limit = time.monotonic() + 15
-                while not (running and await fleet.redis.exists(keys.started(running[0]))):
-                    assert time.monotonic() < limit, "the async call never started"
-                    await asyncio.sleep(0.02)
+                await until_async(
+                    lambda: running and fleet.redis.exists(keys.started(running[0])),
+                    timeout_s=15,
+                    interval_s=0.02,
+                    what="the async call to start",
+                )
                 raise Abort("stop everything")
 
             branch.hooks.on(HookPoint.TOOL_PRE, pre)
@@ -219,7 +225,7 @@ def test_a_cancellation_class_exception_from_a_hook_stops_and_records_the_siblin
     assert [e.execution["status"] for e in branch.events] == ["cancelled", "cancelled"]
     assert len(branch.messages) == 4
     running_id = branch.events[0].call_id
-    wait_until(
+    until(
         lambda: AsyncResult(running_id, app=celery_app).state == "REVOKED",
         timeout_s=5,
         what="the sibling running on the async worker to be cancelled",

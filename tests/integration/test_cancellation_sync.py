@@ -1,4 +1,4 @@
-"""Cancellation truth for sync calls (issue 12 item 7), with a real prefork worker.
+"""Cancellation truth for sync calls (C9), with a real prefork worker.
 
 A running sync call cannot be stopped on its worker (killing a prefork child mid-call could
 leave a half-done side effect), so a cancel or a batch deadline leaves it running. Its history
@@ -15,7 +15,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,8 +22,9 @@ import pytest
 import redis
 
 from tests.support.cli_support import REPO_ROOT, as_at_a_terminal, killed_on_exit
-from tests.support.fleet import WorkerProcess, call, start_worker, wait_for
-from tests.support.reliability_support import PrivateRedis
+from tests.support.fleet import WorkerProcess, call, start_worker
+from tests.support.redis_server import PrivateRedis
+from tests.support.waiting import until, until_async
 from toolfleet.dispatcher import Branch, Fleet
 from toolfleet.schemas.action import ActionResponseModel, CallParams
 from toolfleet.schemas.keys import Keys
@@ -66,10 +66,10 @@ def _assert_truth(
     assert f"already running on worker {worker.hostname}" in error, error
     assert "late_result" in error
     # The worker ran on and finished: its side effect happened once ...
-    wait_for(mark.exists, timeout_s=20, what="the sync call to finish on its worker")
+    until(mark.exists, timeout_s=20, what="the sync call to finish on its worker")
     assert len(mark.read_text().splitlines()) == 1
     # ... and the stored history says so, with the worker's own record of the run.
-    stored = wait_for(
+    stored = until(
         lambda: _late_event(settings, branch.id).late_result and _late_event(settings, branch.id),
         timeout_s=20,
         what="the late result to be attached",
@@ -94,10 +94,13 @@ def test_a_cancelled_running_sync_call_records_that_it_ran_on_and_completed(
                 branch.act([call("sleep_then_mark", path=str(mark), seconds=2.0)])
             )
             with broker.client() as client:
-                limit = time.monotonic() + 20
-                while not _running(client):
-                    assert not task.done() and time.monotonic() < limit, "never started"
-                    await asyncio.sleep(0.02)
+                await until_async(
+                    lambda: _running(client),
+                    timeout_s=20,
+                    interval_s=0.02,
+                    what="the sync call to start",
+                    while_running=task,
+                )
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
@@ -178,7 +181,7 @@ def test_ctrl_c_inside_act_sync_raises_keyboardinterrupt_and_records_the_running
         )
     ) as proc:
         with broker.client() as client:
-            wait_for(lambda: _running(client), timeout_s=30, what="the sync call to start")
+            until(lambda: _running(client), timeout_s=30, what="the sync call to start")
         assert proc.poll() is None, "the script ended before it was interrupted"
         proc.send_signal(signal.SIGINT)
         stdout, stderr = proc.communicate(timeout=30)
@@ -197,4 +200,4 @@ def test_ctrl_c_inside_act_sync_raises_keyboardinterrupt_and_records_the_running
     stored = asyncio.run(load())
     assert [e.execution["status"] for e in stored.events] == report["statuses"]
     assert len(stored.messages) == 4  # two linked request/response pairs
-    wait_for(mark.exists, timeout_s=20, what="the sync call to finish on its worker")
+    until(mark.exists, timeout_s=20, what="the sync call to finish on its worker")

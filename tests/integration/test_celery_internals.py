@@ -1,4 +1,4 @@
-"""Issue 11 item 5: every Celery internal workers/celery_internals.py leans on is still there,
+"""Every Celery internal workers/celery_internals.py leans on is still there,
 with the shape it was written against. A failure names the internal and what changed; fix
 workers/celery_internals.py (and nothing else) to match the installed Celery."""
 

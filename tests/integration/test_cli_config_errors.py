@@ -1,4 +1,4 @@
-"""Issue 13 item 6: every configuration error is one line naming the setting and the fix, exit
+"""Every configuration error is one line naming the setting and the fix, exit
 2, on every command — ``worker`` and ``flower`` included — before anything starts."""
 
 from __future__ import annotations

@@ -19,8 +19,8 @@ from tests.support.cli_support import (
     no_processes_left,
     toolfleet,
     toolfleet_argv,
-    wait_until,
 )
+from tests.support.waiting import until
 
 pytestmark = pytest.mark.slow  # real processes: embedded Redis and workers
 
@@ -90,7 +90,7 @@ def test_ctrl_c_during_the_demo_stops_it_and_keeps_its_history(tmp_path: Path) -
             status = toolfleet("status", "--json", home=home)
             return status.returncode == 0 and json.loads(status.stdout)["in_flight"] > 0
 
-        wait_until(running, timeout_s=90, interval_s=0.2, what="the demo's calls running")
+        until(running, timeout_s=90, interval_s=0.2, what="the demo's calls running")
         proc.send_signal(signal.SIGINT)
         _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130, stderr

@@ -1,4 +1,4 @@
-"""Issue 13 item 4: Ctrl-C during ``toolfleet run`` keeps every finished result.
+"""Ctrl-C during ``toolfleet run`` keeps every finished result.
 
 A real ``toolfleet run`` subprocess gets SIGINT once its ``--output`` holds the results of the
 fast calls (a condition, not a sleep); the slow calls are then still running. Every line must
@@ -28,9 +28,9 @@ from tests.support.cli_support import (
     read_jsonl,
     toolfleet,
     toolfleet_argv,
-    wait_until,
 )
 from tests.support.fleet import WorkerProcess
+from tests.support.waiting import until
 
 pytestmark = pytest.mark.slow  # real processes: toolfleet, Redis and workers
 
@@ -67,7 +67,7 @@ def _interrupt_after_fast_calls(
     ) as proc:
         # Results stream to --output as calls finish: the five fast calls and the malformed
         # line are there while the slow calls still run.
-        wait_until(
+        until(
             lambda: _lines_in(output) >= len(FAST) + 1,
             timeout_s=90,
             interval_s=0.1,

@@ -26,9 +26,9 @@ from tests.support.cli_support import (
     toolfleet,
     toolfleet_argv,
     toolfleet_on_terminal,
-    wait_until,
 )
 from tests.support.fleet import WorkerProcess
+from tests.support.waiting import until
 from toolfleet.cli.batch_file import parse_batch
 
 pytestmark = pytest.mark.slow  # real processes: embedded Redis and workers
@@ -177,7 +177,7 @@ def test_sigint_mid_batch_stops_every_process(tmp_path: Path) -> None:
             running = sum(w["active"] for w in data["workers"])
             return data if data["in_flight"] == 4 and running == 4 else None
 
-        status = wait_until(busy, timeout_s=60, interval_s=0.2, what="4 calls in flight")
+        status = until(busy, timeout_s=60, interval_s=0.2, what="4 calls in flight")
         workers = status["workers"]
         assert len(workers) == 2
         assert {w["active"] for w in workers} == {2}

@@ -1,4 +1,4 @@
-"""``toolfleet run`` reads its file as bytes, line by line (issue 13 item 3): a line that is not
+"""``toolfleet run`` reads its file as bytes, line by line: a line that is not
 UTF-8, too deep, too large or holds an unreadable number is a malformed result on its own line
 number, the rest of the batch runs; a UTF-16 file is named as such (exit 2, the file is
 unusable); exit 2 is only for usage and configuration errors.
@@ -147,7 +147,7 @@ def test_version_is_printed(capsys: pytest.CaptureFixture[str]) -> None:
 
 @pytest.mark.slow
 def test_a_50_mb_line_is_refused_without_reading_it_whole(tmp_path: Path, redis_url: str) -> None:
-    """Issue 13 item 3: the line is refused as it streams past (peak RSS was 1.17 GB)."""
+    """The line is refused as it streams past (peak RSS was 1.17 GB)."""
     batch = tmp_path / "big.jsonl"
     with batch.open("w") as handle:
         handle.write('{"function": "add", "arguments": {"a": "' + "x" * 50_000_000 + '"}}\n')

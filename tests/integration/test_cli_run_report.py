@@ -1,4 +1,4 @@
-"""Issue 13 item 9: what a person sees at the end of a large ``toolfleet run``, and
+"""What a person sees at the end of a large ``toolfleet run``, and
 ``toolfleet status`` counts that agree with each other (against an external Redis and the
 test's real workers)."""
 
@@ -22,9 +22,9 @@ from tests.support.cli_support import (
     toolfleet,
     toolfleet_argv,
     toolfleet_on_terminal,
-    wait_until,
 )
 from tests.support.fleet import WorkerProcess
+from tests.support.waiting import until
 from toolfleet.cli.call_record import CallRecord
 from toolfleet.cli.progress import render_problems
 
@@ -105,7 +105,7 @@ def test_status_rows_add_up_to_the_calls_in_flight(
             mine = (rows.get(async_worker.hostname), rows.get(sync_worker.hostname))
             return data if mine == (12, 1) else None
 
-        data = wait_until(all_running, timeout_s=90, interval_s=0.2, what="13 calls running")
+        data = until(all_running, timeout_s=90, interval_s=0.2, what="13 calls running")
         # The rows add up to the total (a call left by another test would be in both).
         rows = {w["hostname"]: w["active"] for w in data["workers"]}
         assert sum(rows.values()) == data["in_flight"] >= len(calls)

@@ -1,4 +1,4 @@
-"""Deadlines (issue 7 item 5): per-call ``timeout_s`` and the batch ``deadline_s``.
+"""Deadlines: per-call ``timeout_s`` and the batch ``deadline_s``.
 
 When a limit passes, the finished results are returned, each straggler gets a FAILED
 ToolTimeoutError response, and it is revoked: a queued straggler never runs.
@@ -16,7 +16,7 @@ import redis
 from celery.result import AsyncResult
 
 from tests.support.fleet import WorkerProcess, assert_linked_pairs, call, run
-from tests.support.reliability_support import wait_until
+from tests.support.waiting import until
 from toolfleet.dispatcher import Branch, Fleet
 from toolfleet.schemas.action import ActionResponseModel, CallParams
 from toolfleet.schemas.keys import Keys
@@ -84,7 +84,7 @@ def test_batch_deadline_returns_finished_results_and_fails_and_revokes_straggler
     # The running async straggler is cancelled on its worker, long before its 30 s.
     # Its worker ends it with the dispatcher's record (the first record of an attempt wins),
     # so Celery/Flower show the same failure.
-    wait_until(
+    until(
         lambda: AsyncResult(running_async, app=celery_app).state == "FAILURE",
         # Well short of the straggler's 30 s, with room for a loaded 2-core machine.
         timeout_s=15,
@@ -94,7 +94,7 @@ def test_batch_deadline_returns_finished_results_and_fails_and_revokes_straggler
     assert stored is not None and b"ToolTimeoutError" in stored
     # The queued straggler reaches the worker once the sync slot frees: it is dropped as
     # revoked and never runs.
-    wait_until(
+    until(
         lambda: AsyncResult(queued, app=celery_app).state == "REVOKED",
         timeout_s=15,
         what="the queued straggler to be dropped as revoked",

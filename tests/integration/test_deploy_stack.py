@@ -23,8 +23,9 @@ import pytest
 import redis
 
 from tests.integration.test_deploy_compose import COMPOSE_FILE, DOCKERFILE, ENV, interpolate
-from tests.integration.test_flower_cli import FlowerProcess, http_get, start_flower, stop_flower
-from tests.support.fleet import REPO_ROOT, WorkerProcess, wait_for
+from tests.support.fleet import REPO_ROOT, WorkerProcess
+from tests.support.flower import FlowerProcess, http_get, start_flower, stop_flower
+from tests.support.waiting import until
 from toolfleet.workers.monitor import live_leases
 
 _RUN_TIMEOUT_S = 120.0
@@ -138,7 +139,7 @@ def test_demo_service_runs_its_batch_on_the_compose_workers(
     batch = [json.loads(line) for line in batch_file.read_text().splitlines() if line.strip()]
 
     for worker in workers:
-        wait_for(
+        until(
             lambda w=worker: _online_in_flower(flower, w.pid),  # type: ignore[misc]
             timeout_s=60,
             interval_s=0.25,
@@ -149,7 +150,7 @@ def test_demo_service_runs_its_batch_on_the_compose_workers(
     monitor = redis.Redis.from_url(redis_url)
     try:
         for worker in workers:
-            wait_for(
+            until(
                 lambda w=worker: any(  # type: ignore[misc]
                     host.endswith(f".{w.pid}")
                     for host in live_leases(monitor, f"{stack_env['TOOLFLEET_KEY_PREFIX']}:monitor")
@@ -192,7 +193,7 @@ def test_demo_service_runs_its_batch_on_the_compose_workers(
         done = [t for t in tasks if t["state"] == "SUCCESS"]
         return tasks if len(done) == len(batch) else None
 
-    tasks = wait_for(flower_tasks, timeout_s=30, interval_s=0.25, what="Flower to see the demo")
+    tasks = until(flower_tasks, timeout_s=30, interval_s=0.25, what="Flower to see the demo")
     by_name = {t["name"]: t["worker"] for t in tasks}
     assert set(by_name) == {f"tool:{function}" for function in kinds}
     # Blocking tools ran on the sync service, async ones on the async service.

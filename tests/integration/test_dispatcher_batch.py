@@ -15,6 +15,7 @@ import pytest
 from tests.integration.test_dispatcher_act import assert_linked_history, finished_at
 from tests.support.command_log import CommandLog
 from tests.support.fleet import call, run, start_worker
+from tests.support.waiting import until_async
 from toolfleet.dispatcher import Branch, ConfigurationError, Fleet, HookPoint
 from toolfleet.schemas.action import ActionResponseModel, CallParams
 from toolfleet.schemas.errors import UnknownToolError
@@ -299,10 +300,13 @@ def test_batch_size_sends_several_calls_per_message_each_with_its_own_response(
         )
         # No worker serves this queue yet: the messages wait there to be counted.
         client = fleet.redis
-        deadline = time.monotonic() + 20
-        while await client.llen(queue) < 3:
-            assert time.monotonic() < deadline, "the batched messages never reached the queue"
-            await asyncio.sleep(0.02)
+
+        async def all_queued() -> bool:
+            return await client.llen(queue) >= 3
+
+        await until_async(
+            all_queued, timeout_s=20, interval_s=0.02, what="the batched messages to be queued"
+        )
         queued = [json.loads(raw) for raw in await client.lrange(queue, 0, -1)]
         assert [m["headers"]["task"] for m in queued] == ["toolfleet.execute_many"] * 3
         worker = await asyncio.to_thread(

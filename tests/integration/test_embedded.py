@@ -17,7 +17,8 @@ from urllib.parse import urlsplit
 import pytest
 import redis
 
-from tests.support.cli_support import REPO_ROOT, cli_env, wait_until
+from tests.support.cli_support import REPO_ROOT, cli_env
+from tests.support.waiting import until
 from toolfleet.cli.batch_file import BatchLine
 from toolfleet.cli.batch_runner import run_batch
 from toolfleet.cli.embedded import EmbeddedFleet, EmbeddedRedis, live_fleets, resolve_fleet
@@ -81,7 +82,7 @@ def test_embedded_fleet_runs_calls_and_stops_every_process(tmp_path: Path) -> No
         assert async_who.output["pid"] == fleet.workers["async"].pid
         assert sync_who.output["pid"] not in (os.getpid(), fleet.workers["sync"].pid)
     for pid in pids:
-        wait_until(lambda pid=pid: not _alive(pid), timeout_s=5, what=f"pid {pid} to exit")
+        until(lambda pid=pid: not _alive(pid), timeout_s=5, what=f"pid {pid} to exit")
     assert _group_members(groups) == []
     assert list(live_fleets(base)) == []
     # The data survives for the next run; the per-run directory does not.
@@ -152,7 +153,7 @@ def test_sigkilled_parent_leaves_no_orphans(tmp_path: Path) -> None:
         assert len(_group_members(set(groups))) >= 4 and _alive(redis_pid)
         parent.send_signal(signal.SIGKILL)
         parent.wait(timeout=10)
-        wait_until(
+        until(
             lambda: not _group_members(set(groups)) and not _alive(redis_pid),
             timeout_s=10,
             what="the workers, their pool and redis to die with their parent",

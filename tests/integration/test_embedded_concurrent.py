@@ -1,4 +1,4 @@
-"""Issue 13 item 5: embedded runs at the same time are independent.
+"""Embedded runs at the same time are independent.
 
 Run A holds the embedded default's saved data while it waits on a file; run B starts and ends
 meanwhile. Each prints its own branch id, and ``toolfleet history`` finds each branch — B's
@@ -13,32 +13,22 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.cli_support import (
-    cli_env,
-    no_processes_left,
-    read_jsonl,
-    toolfleet_argv,
-    wait_until,
-)
+from tests.support.cli_support import cli_env, no_processes_left, read_jsonl, toolfleet_argv
+from tests.support.waiting import until
 
 pytestmark = pytest.mark.slow  # real processes: two embedded fleets
 
 GATE_TOOLS = '''
-import asyncio
 import os
 
+from tests.support.waiting import until_async
 from toolfleet.workers.registry import tool
 
 
 @tool
 async def wait_for_file(path: str, timeout_s: float = 120.0) -> str:
     """Return once ``path`` exists (the test creates it): run A stays up until then."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while not os.path.exists(path):
-        if loop.time() > deadline:
-            raise TimeoutError(path)
-        await asyncio.sleep(0.05)
+    await until_async(lambda: os.path.exists(path), timeout_s=timeout_s, what=path)
     return path
 '''
 
@@ -83,7 +73,7 @@ def test_two_embedded_runs_each_keep_and_show_their_own_history(tmp_path: Path) 
     )
     try:
         # A's fleet is up (it advertises its broker) and holds the saved data.
-        wait_until(
+        until(
             lambda: any((home / ".toolfleet" / "run").glob("*/broker_url")),
             timeout_s=90,
             interval_s=0.1,
@@ -99,7 +89,7 @@ def test_two_embedded_runs_each_keep_and_show_their_own_history(tmp_path: Path) 
         assert _history(branch_b, home, tmp_path) == ["echo"]
         # A's first result is streamed to its --output; its branch is found in its running
         # fleet (the waiting call is not written yet).
-        first_a = wait_until(
+        first_a = until(
             lambda: read_jsonl(out_a_file.read_text()) if out_a_file.exists() else None,
             timeout_s=60,
             interval_s=0.1,

@@ -1,4 +1,4 @@
-"""Batched calls stay visible per call (issue 16): a real Flower shows each call of a batch
+"""Batched calls stay visible per call (C10): a real Flower shows each call of a batch
 message as its own ``tool:<function>`` task, with the call_id as task id and its own state."""
 
 from __future__ import annotations
@@ -10,15 +10,17 @@ from typing import Any
 
 import pytest
 
-from tests.integration.test_flower_cli import FlowerProcess
-from tests.integration.test_flower_e2e import _api, flower, wait_until_flower_watches  # noqa: F401  (the fixture)
-from tests.support.fleet import WorkerProcess, wait_for
+from tests.support.fleet import WorkerProcess
+from tests.support.flower import FlowerProcess, api, flower_fixture, wait_until_flower_watches
+from tests.support.waiting import until
 from toolfleet.dispatcher import Branch, Fleet
 from toolfleet.schemas.action import ActionResponseModel, CallParams
 from toolfleet.schemas.settings import Settings
 from toolfleet.schemas.status import EventStatus
 
 pytestmark = pytest.mark.usefixtures("sync_worker")
+
+flower = flower_fixture()
 
 SECRET = f"sk-batch-{uuid.uuid4().hex}"
 FAIL_MESSAGE = f"batch-kaboom-{uuid.uuid4().hex[:8]}"
@@ -34,7 +36,7 @@ REQUESTS: list[tuple[str, dict[str, Any], str]] = [
 
 
 def test_each_call_of_a_batch_message_is_its_own_flower_task(
-    flower: FlowerProcess,  # noqa: F811
+    flower: FlowerProcess,
     fleet_settings: Settings,
     sync_worker: WorkerProcess,
 ) -> None:
@@ -53,11 +55,11 @@ def test_each_call_of_a_batch_message_is_its_own_flower_task(
     ]
 
     def all_final() -> dict[str, dict[str, Any]] | None:
-        tasks = {r.call_id: _api(flower, f"/api/task/info/{r.call_id}") for r in results}
+        tasks = {r.call_id: api(flower, f"/api/task/info/{r.call_id}") for r in results}
         done = all(t is not None and t.get("state") in _TERMINAL for t in tasks.values())
         return tasks if done else None  # type: ignore[return-value]
 
-    tasks = wait_for(
+    tasks = until(
         all_final,
         timeout_s=_TIMEOUT_S,
         interval_s=0.2,
@@ -79,5 +81,5 @@ def test_each_call_of_a_batch_message_is_its_own_flower_task(
     secret_task = tasks[results[6].call_id or ""]
     assert "'api_key': '***'" in secret_task["args"]
     # The batch message itself is still one Flower task too.
-    listed = _api(flower, "/api/tasks") or {}
+    listed = api(flower, "/api/tasks") or {}
     assert any(str(t["name"]).startswith("batch:") for t in listed.values()), listed

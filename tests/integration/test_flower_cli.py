@@ -2,109 +2,24 @@
 
 from __future__ import annotations
 
-import base64
 import os
-import signal
 import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from celery.events.state import State
 
+from tests.support.flower import FlowerProcess, http_get, start_flower, stop_flower
 from toolfleet.cli import EXIT_USAGE
 from toolfleet.cli import flower as flower_cli
+from toolfleet.cli.children import free_port
 from toolfleet.cli.flower import STATE_FILE_NAME, flower_argv
 from toolfleet.schemas.errors import ConfigurationError
 from toolfleet.schemas.settings import masked_url
-
-_START_DEADLINE_S = 30.0
-
-
-@dataclass
-class FlowerProcess:
-    proc: subprocess.Popen[bytes]
-    port: int
-    log_path: Path
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def http_get(
-    url: str, auth: tuple[str, str] | None = None, timeout_s: float = 5.0
-) -> tuple[int, bytes]:
-    request = urllib.request.Request(url)
-    if auth is not None:
-        token = base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()
-        request.add_header("Authorization", f"Basic {token}")
-    try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as response:
-            return response.status, response.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read()
-
-
-def start_flower(
-    broker_url: str, run_dir: Path, *args: str, env: dict[str, str] | None = None
-) -> FlowerProcess:
-    """Start ``toolfleet flower`` on a free port; return once /healthcheck answers."""
-    port = free_port()
-    log_path = run_dir / f"flower-{port}.log"
-    run_dir.mkdir(parents=True, exist_ok=True)
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith(("FLOWER_", "TOOLFLEET_"))}
-    full_env["TOOLFLEET_RUN_DIR"] = str(run_dir)
-    if broker_url:
-        full_env["TOOLFLEET_BROKER_URL"] = broker_url
-    full_env.update(env or {})
-    with log_path.open("wb") as log_file:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "toolfleet.cli", "flower", "--port", str(port), *args],
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-            env=full_env,
-        )
-    flower = FlowerProcess(proc, port, log_path)
-    deadline = time.monotonic() + _START_DEADLINE_S
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"toolfleet flower exited with {proc.returncode}:\n{flower.log()}")
-        try:
-            status, _ = http_get(f"{flower.base_url}/healthcheck", timeout_s=1.0)
-            if status == 200:
-                return flower
-        except OSError:
-            pass
-        time.sleep(0.1)
-    stop_flower(flower)
-    pytest.fail(f"toolfleet flower did not answer within {_START_DEADLINE_S}s:\n{flower.log()}")
-
-
-def stop_flower(flower: FlowerProcess) -> None:
-    if flower.proc.poll() is None:
-        os.kill(flower.proc.pid, signal.SIGTERM)
-        try:
-            flower.proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.kill(flower.proc.pid, signal.SIGKILL)
-            flower.proc.wait(timeout=5)
 
 
 @pytest.fixture()

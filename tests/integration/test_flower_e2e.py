@@ -8,31 +8,36 @@ and ``/metrics`` are then checked call by call.
 from __future__ import annotations
 
 import asyncio
-import json
-import re
 import uuid
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
-import redis
 
-from tests.integration.test_flower_cli import FlowerProcess, http_get, start_flower, stop_flower
-from tests.support.fleet import WorkerProcess, wait_for
+from tests.support.fleet import WorkerProcess
+from tests.support.flower import (
+    FLOWER_EVENTS_TIMEOUT_S,
+    FlowerProcess,
+    api,
+    flower_fixture,
+    http_get,
+    parse_metrics,
+    start_flower,
+    stop_flower,
+    wait_until_flower_watches,
+)
+from tests.support.waiting import until, until_async
 from toolfleet.cli.flower import STATE_FILE_NAME
 from toolfleet.dispatcher import Branch, Fleet, HookPoint
 from toolfleet.schemas.action import ActionResponseModel
 from toolfleet.schemas.settings import Settings
 from toolfleet.schemas.status import EventStatus
-from toolfleet.workers.monitor import live_leases
 
 pytestmark = pytest.mark.usefixtures("sync_worker", "async_worker")
 
 # Unique per run, so finding it anywhere proves a leak rather than a coincidence.
 SECRET = f"sk-secret-{uuid.uuid4().hex}"
 FAIL_MESSAGE = f"kaboom-{uuid.uuid4().hex[:8]}"
-_FLOWER_EVENTS_TIMEOUT_S = 30.0
 _TERMINAL_STATES = {"SUCCESS", "FAILURE", "REVOKED"}
 
 
@@ -69,14 +74,7 @@ class Observed:
     workers: dict[str, WorkerProcess]
 
 
-@pytest.fixture(scope="module")
-def flower(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[FlowerProcess]:
-    run_dir = tmp_path_factory.mktemp("flower-run")
-    # The session's workers store Celery results there too (fleet_settings).
-    env = {"FLOWER_UNAUTHENTICATED_API": "true", "TOOLFLEET_RESULT_BACKEND": redis_url}
-    process = start_flower(redis_url, run_dir, env=env)
-    yield process
-    stop_flower(process)
+flower = flower_fixture()
 
 
 @pytest.fixture(scope="module")
@@ -100,13 +98,13 @@ def observed(
     assert all(call_ids), results
 
     def all_final() -> dict[str, dict[str, Any]] | None:
-        tasks = {cid: _api(flower, f"/api/task/info/{cid}") for cid in call_ids if cid}
+        tasks = {cid: api(flower, f"/api/task/info/{cid}") for cid in call_ids if cid}
         done = all(t is not None and t.get("state") in _TERMINAL_STATES for t in tasks.values())
         return {k: v for k, v in tasks.items() if v is not None} if done else None
 
-    tasks = wait_for(
+    tasks = until(
         all_final,
-        timeout_s=_FLOWER_EVENTS_TIMEOUT_S,
+        timeout_s=FLOWER_EVENTS_TIMEOUT_S,
         interval_s=0.2,
         what="Flower to show every call of the batch in a final state",
     )
@@ -150,14 +148,14 @@ def test_each_call_is_its_own_flower_task(observed: Observed, index: int) -> Non
 
 
 def test_the_task_list_names_every_call(observed: Observed) -> None:
-    listed = _api(observed.flower, "/api/tasks")
+    listed = api(observed.flower, "/api/tasks")
     assert listed is not None
     for expected, result in zip(BATCH, observed.results, strict=True):
         assert result.call_id in listed
         entry = listed[result.call_id]
         assert entry["name"] == f"tool:{expected.function}"
         assert entry["state"] == expected.state
-    by_name = _api(observed.flower, "/api/tasks?taskname=tool:with_secret")
+    by_name = api(observed.flower, "/api/tasks?taskname=tool:with_secret")
     assert by_name is not None
     assert observed.results[2].call_id in by_name
 
@@ -192,7 +190,7 @@ def test_secret_arguments_are_shown_redacted_and_never_in_clear(observed: Observ
     # The task page did render the call (so the check above looked at real content).
     status, page = http_get(f"{observed.flower.base_url}/task/{secret_call.call_id}")
     assert b"tool:with_secret" in page and b"***" in page
-    stored = _api(observed.flower, f"/api/task/result/{secret_call.call_id}")
+    stored = api(observed.flower, f"/api/task/result/{secret_call.call_id}")
     assert stored["state"] == "SUCCESS"
     assert stored["result"]["call_id"] == secret_call.call_id
     assert stored["result"]["event"]["arguments"]["api_key"] == "***"
@@ -204,7 +202,7 @@ def test_secret_arguments_are_shown_redacted_and_never_in_clear(observed: Observ
 def test_metrics_count_the_calls(observed: Observed) -> None:
     status, body = http_get(observed.flower.base_url + "/metrics")
     assert status == 200
-    metrics = _parse_metrics(body.decode())
+    metrics = parse_metrics(body.decode())
 
     for expected in BATCH:
         worker = observed.workers[expected.kind].hostname
@@ -214,7 +212,7 @@ def test_metrics_count_the_calls(observed: Observed) -> None:
             labels = (("task", name), ("type", event_type), ("worker", worker))
             assert metrics.get(("flower_events_total", labels), 0) >= 1, (name, event_type)
     # Every task Flower lists as succeeded or failed is counted once by its metrics.
-    listed = _api(observed.flower, "/api/tasks") or {}
+    listed = api(observed.flower, "/api/tasks") or {}
     for state, event_type in (("SUCCESS", "task-succeeded"), ("FAILURE", "task-failed")):
         in_list = sum(1 for t in listed.values() if t["state"] == state)
         counted = sum(
@@ -231,70 +229,6 @@ def test_metrics_count_the_calls(observed: Observed) -> None:
     assert runtime_count >= 1
 
 
-def wait_until_flower_watches(
-    flower: FlowerProcess,
-    fleet_settings: Settings,
-    workers: list[WorkerProcess],
-    timeout_s: float = _FLOWER_EVENTS_TIMEOUT_S,
-) -> None:
-    """Wait until Flower has heard each of ``workers`` and each sends task events."""
-    # Flower only sees events sent while it listens: wait until it has heard every worker.
-    for worker in workers:
-        wait_for(
-            lambda w=worker: _worker_online(flower, w.hostname),  # type: ignore[misc]
-            timeout_s=timeout_s,
-            interval_s=0.2,
-            what=f"Flower to receive heartbeats from {worker.hostname}",
-        )
-    # Task events are off until a monitor asks: toolfleet flower asks as it starts, and each
-    # worker records its lease; only then are the calls' events sure to be sent.
-    client = redis.Redis.from_url(fleet_settings.broker_url or "")
-    try:
-        wait_for(
-            lambda: (
-                {w.hostname for w in workers}
-                <= set(live_leases(client, fleet_settings.key("monitor")))
-            ),
-            timeout_s=timeout_s,
-            interval_s=0.1,
-            what=f"{[w.hostname for w in workers]} to take the monitor lease Flower asked for",
-        )
-    finally:
-        client.close()
-
-
-def _worker_online(flower: FlowerProcess, hostname: str) -> bool:
-    status, body = http_get(flower.base_url + "/metrics", timeout_s=2.0)
-    if status != 200:
-        return False
-    key = ("flower_worker_online", (("worker", hostname),))
-    return _parse_metrics(body.decode()).get(key) == 1.0
-
-
-def _api(flower: FlowerProcess, path: str) -> Any:
-    status, body = http_get(flower.base_url + path)
-    if status == 404:
-        return None
-    assert status == 200, f"{path}: {status} {body[:200]!r}"
-    return json.loads(body)
-
-
-_SAMPLE = re.compile(r"^(?P<name>[a-zA-Z_:][\w:]*)(?:\{(?P<labels>.*)\})?\s+(?P<value>\S+)$")
-_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
-
-
-def _parse_metrics(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    """Prometheus text format → {(metric, sorted labels): value}."""
-    samples: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
-    for line in text.splitlines():
-        match = _SAMPLE.match(line)
-        if match is None or line.startswith("#"):
-            continue
-        labels = tuple(sorted(_LABEL.findall(match["labels"] or "")))
-        samples[(match["name"], labels)] = float(match["value"])
-    return samples
-
-
 def test_a_cancelled_call_is_revoked_in_flower(
     flower: FlowerProcess, fleet_settings: Settings, async_worker: WorkerProcess
 ) -> None:
@@ -308,10 +242,16 @@ def test_a_cancelled_call_is_revoked_in_flower(
             act = asyncio.create_task(
                 branch.act([{"function": "sleep_async", "arguments": {"seconds": 60}}])
             )
-            call_id = await _until(lambda: started[0] if started else None, "TOOL_PRE")
+            call_id = await until_async(
+                lambda: started[0] if started else None,
+                timeout_s=FLOWER_EVENTS_TIMEOUT_S,
+                what="TOOL_PRE",
+            )
             # Cancel only once the worker runs it, so this is the running-call path.
-            await _until(
-                lambda: _state(flower, call_id) == "STARTED", "Flower to show the call STARTED"
+            await until_async(
+                lambda: asyncio.to_thread(lambda: _state(flower, call_id) == "STARTED"),
+                timeout_s=FLOWER_EVENTS_TIMEOUT_S,
+                what="Flower to show the call STARTED",
             )
             act.cancel()
             with pytest.raises(asyncio.CancelledError):
@@ -319,30 +259,19 @@ def test_a_cancelled_call_is_revoked_in_flower(
             return call_id
 
     call_id = asyncio.run(act_then_cancel())
-    wait_for(
+    until(
         lambda: _state(flower, call_id) == "REVOKED",
-        timeout_s=_FLOWER_EVENTS_TIMEOUT_S,
+        timeout_s=FLOWER_EVENTS_TIMEOUT_S,
         interval_s=0.2,
         what=f"Flower to show call {call_id} REVOKED",
     )
-    task = _api(flower, f"/api/task/info/{call_id}")
+    task = api(flower, f"/api/task/info/{call_id}")
     assert task["name"] == "tool:sleep_async"
     assert task["worker"] == async_worker.hostname
 
 
-async def _until(predicate: Callable[[], Any], what: str) -> Any:
-    deadline = asyncio.get_running_loop().time() + _FLOWER_EVENTS_TIMEOUT_S
-    while True:
-        value = await asyncio.to_thread(predicate)
-        if value:
-            return value
-        if asyncio.get_running_loop().time() > deadline:
-            raise TimeoutError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)
-
-
 def _state(flower: FlowerProcess, call_id: str) -> str | None:
-    task = _api(flower, f"/api/task/info/{call_id}")
+    task = api(flower, f"/api/task/info/{call_id}")
     return None if task is None else str(task.get("state"))
 
 
@@ -361,7 +290,7 @@ def test_zz_state_persists_across_a_restart_without_the_secret(
     restarted = start_flower(redis_url, run_dir, env={"FLOWER_UNAUTHENTICATED_API": "true"})
     try:
         for expected, result in zip(BATCH, observed.results, strict=True):
-            task = _api(restarted, f"/api/task/info/{result.call_id}")
+            task = api(restarted, f"/api/task/info/{result.call_id}")
             assert task is not None, f"{expected.function} was forgotten across the restart"
             assert task["name"] == f"tool:{expected.function}"
             assert task["state"] == expected.state

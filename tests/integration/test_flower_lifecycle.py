@@ -1,4 +1,4 @@
-"""Issue 13 items 6 and 7: ``toolfleet flower`` ends when it should and refuses bad settings.
+"""``toolfleet flower`` ends when it should and refuses bad settings.
 
 A Flower watching an embedded fleet stops by itself when that fleet's toolfleet ends; any
 ``toolfleet flower`` exits on SIGTERM and on SIGINT, also while it is retrying a broker that is
@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_flower_cli import free_port, http_get, start_flower, stop_flower
-from tests.support.reliability_support import PrivateRedis
+from tests.support.flower import http_get, start_flower, stop_flower
+from tests.support.redis_server import PrivateRedis
 from toolfleet.cli import EXIT_USAGE
+from toolfleet.cli.children import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -56,7 +57,7 @@ def test_flower_exits_on_a_signal_while_its_broker_is_gone(
     env = {"FLOWER_UNAUTHENTICATED_API": "true"}
     flower = start_flower(broker.url, tmp_path / "run", "--no-persistent", env=env)
     try:
-        broker.stop()
+        broker.kill()
         # Ask Flower for something only the broker knows: a thread of Flower's executor is
         # then stuck reconnecting to the dead broker (what used to keep it from exiting).
         try:

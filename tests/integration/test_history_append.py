@@ -1,4 +1,4 @@
-"""The history append script (issue 16): one command writes a whole tick of units, in order,
+"""The history append script (C5): one command writes a whole tick of units, in order,
 with its TTL, however many units there are (Lua's unpack() limit is a few thousand)."""
 
 from __future__ import annotations

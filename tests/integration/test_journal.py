@@ -1,4 +1,4 @@
-"""The batch journal and exactly-once durable history writes (issue 12 items 1 and 4)."""
+"""The batch journal and exactly-once durable history writes (C5)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import redis.asyncio as aioredis
 
 from tests.support.command_log import CommandLog
 from tests.support.fleet import WorkerProcess, call, run
-from tests.support.reliability_support import PrivateRedis
+from tests.support.redis_server import PrivateRedis
 from toolfleet.dispatcher import Branch, Fleet
 from toolfleet.dispatcher.history.durable import Chunk, DurableLog, Progress
 from toolfleet.dispatcher.history.journal import load_journal
@@ -53,9 +53,9 @@ def test_the_journal_lists_every_call_before_the_first_is_enqueued_and_holds_no_
     assert record is not None
     batch_id = CallResult.model_validate_json(record).batch_id
     assert batch_id is not None
-    # Issue 16: the journal rides in the first publish's pipeline, ahead of the message; the
-    # server runs it first (one connection, in order), so the journal is in before any call
-    # can reach a worker.
+    # No round trip of its own: the journal rides in the first publish's pipeline, ahead of the
+    # message; the server runs it first (one connection, in order), so the journal is in before
+    # any call can reach a worker.
     journal_at = _first(log.commands, f"SET {keys.batch(batch_id)} ")
     listed_at = _first(log.commands, f"HSET {keys.open_batches()} {batch_id} ")
     enqueued_at = _first(log.commands, f'LPUSH {fleet_settings.sync_queue} {{"body"')
@@ -137,7 +137,7 @@ def test_a_write_refused_by_a_stopped_broker_is_kept_and_written_once_in_order(
         log = DurableLog("b1")
         try:
             assert await log.write(client, keys, _chunk(2, 0, "w"), 60) is None
-            await asyncio.to_thread(broker.stop)
+            await asyncio.to_thread(broker.kill)
             error = await log.write(client, keys, _chunk(3, 2, "w"), 60)
             assert error is not None and log.unwritten == 3
             assert await log.write(client, keys, _chunk(1, 5, "w"), 60) is not None
@@ -169,7 +169,7 @@ def test_drain_gives_up_at_the_outage_limit(broker: PrivateRedis) -> None:
         client = aioredis.Redis.from_url(broker.url, socket_connect_timeout=1)
         log = DurableLog("b2")
         try:
-            await asyncio.to_thread(broker.stop)
+            await asyncio.to_thread(broker.kill)
             await log.write(client, keys, _chunk(2, 0, "w2"), 60)
             error = await log.drain(client, keys, 60, limit_s=1.0)
             return error, log.unwritten
@@ -187,7 +187,7 @@ def test_the_write_that_completes_a_batch_closes_its_journal_in_the_same_script(
     redis_client: redis.Redis,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # Issue 16: no HDEL round trip of its own after the last unit; the history script that
+    # No HDEL round trip of its own after the last unit; the history script that
     # writes the last unit closes the journal (only once every unit is in).
     keys = Keys(fleet_settings.key_prefix)
     closed_apart: list[str] = []

@@ -1,5 +1,5 @@
-"""Issue 11 item 5: every kombu Redis-transport internal dispatcher/send/kombu_internals.py reads is
-still there, with the layout it was written against: the key names on the installed kombu's
+"""Every kombu Redis-transport internal dispatcher/send/kombu_internals.py reads is still
+there, with the layout it was written against: the key names on the installed kombu's
 Channel, and where a real publish to a real Redis puts a message, queued and reserved, in what
 shape. A failure names what changed; fix dispatcher/send/kombu_internals.py (and nothing else)."""
 
@@ -21,7 +21,7 @@ from kombu.transport import redis as kombu_redis
 import tests.support.sample_tools  # noqa: F401  (registers the echo tool)
 from tests.support.fleet import make_call
 from tests.support.internals_support import change_message
-from tests.support.reliability_support import PrivateRedis
+from tests.support.redis_server import PrivateRedis
 from toolfleet.dispatcher.send.direct import direct_publish_possible, encode_call, publish_direct
 from toolfleet.dispatcher.send.enqueue import publish_calls, send_options
 from toolfleet.dispatcher.send.kombu_internals import (
@@ -165,7 +165,7 @@ def test_a_direct_publish_queues_what_kombu_would(
     arguments: dict[str, Any],
     timeout_s: float | None,
 ) -> None:
-    # Issue 16: toolfleet.dispatcher.send.direct writes kombu's message itself (no publishing
+    # For speed, toolfleet.dispatcher.send.direct writes kombu's message itself (no publishing
     # thread); the bytes it queues must be what kombu's producer queues for the same call,
     # but for the delivery tag (a fresh uuid per publish) and Celery's reply_to (the
     # publishing thread's id).
@@ -299,4 +299,4 @@ def test_drop_every_message_leaves_no_queued_or_reserved_message() -> None:
             finally:
                 client.close()
     finally:
-        broker.stop()
+        broker.kill()

@@ -1,4 +1,4 @@
-"""Issue 14 item 5: lionagi on the fleet. ``on_fleet(branch)`` makes a real lionagi 0.36
+"""lionagi on the fleet. ``on_fleet(branch)`` makes a real lionagi 0.36
 Branch run its tool calls on real toolfleet workers as one batch, with lionagi's own history
 receiving linked request/response pairs in input order and failures in
 ``ActionResponseContent.error``. No network: act() takes lionagi's own ActionRequests, and

@@ -1,4 +1,4 @@
-"""``toolfleet mcp`` (issue 15): the mcp package's own client, over stdio and over HTTP, runs
+"""``toolfleet mcp``: the mcp package's own client, over stdio and over HTTP, runs
 tools on real workers: list tools, a sync, an async, a failing and a secret-argument tool,
 denied calls, concurrent calls, cancelling one, one branch per MCP session, a bearer token.
 """
@@ -26,9 +26,11 @@ import redis
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.support.fleet import REPO_ROOT, WorkerProcess, start_worker, wait_for
+from tests.support.fleet import REPO_ROOT, WorkerProcess, start_worker
 from tests.support.otlp_collector import OtlpCollector, ReceivedSpan
+from tests.support.waiting import until, until_async
 from toolfleet.adapters.mcp import BRANCH_META_KEY, CALL_META_KEY
+from toolfleet.cli.children import free_port
 from toolfleet.dispatcher import Branch, Fleet
 from toolfleet.schemas.keys import Keys
 from toolfleet.schemas.settings import Settings
@@ -189,11 +191,11 @@ async def _exercise(client: Client, fleet_env: dict[str, str]) -> dict[str, Any]
     with anyio.CancelScope() as scope:
 
         async def cancel_when_started() -> None:
-            deadline = time.monotonic() + 20
-            while not running:
-                assert time.monotonic() < deadline, "the long call never started on a worker"
-                await anyio.sleep(0.05)
+            def started() -> bool:
                 running.extend(set(_started_calls(fleet_env)) - before)
+                return bool(running)
+
+            await until_async(started, timeout_s=20, what="the long call to start on a worker")
             scope.cancel()
 
         async with anyio.create_task_group() as group:
@@ -202,7 +204,7 @@ async def _exercise(client: Client, fleet_env: dict[str, str]) -> dict[str, Any]
             pytest.fail("the call returned although it was cancelled")
     (cancelled_id,) = running
     record = await anyio.to_thread.run_sync(
-        lambda: wait_for(
+        lambda: until(
             lambda: _record(fleet_env, cancelled_id), timeout_s=15, what="the cancelled record"
         )
     )
@@ -226,7 +228,7 @@ def _check_history(fleet_env: dict[str, str], outcome: dict[str, Any]) -> None:
         branch = _history(fleet_env, outcome["branch_id"])
         return branch if len(branch.messages) == 2 * outcome["calls"] else None
 
-    branch = wait_for(complete, timeout_s=15, what="the session's history")
+    branch = until(complete, timeout_s=15, what="the session's history")
     functions = [m.content.function for m in branch.messages[::2]]
     assert functions.count("sleep_async") == 12 and functions.count("add") == 2
     assert SECRET not in json.dumps([m.model_dump(mode="json") for m in branch.messages])
@@ -263,7 +265,7 @@ def test_stdio_client_runs_tools_on_the_fleet(
             for s in spans
         ) and any(s.name == "tools/call add" for s in spans)
 
-    spans = collector.wait_for(traced, timeout_s=20)
+    spans = until(lambda: collector.spans_where(traced), timeout_s=20, what=collector.names)
     by_id = {s.span_id: s for s in spans}
     (worker,) = [
         s
@@ -305,15 +307,9 @@ def test_with_no_broker_url_the_server_runs_the_embedded_default() -> None:
     assert not slept.is_error and json.loads(_text(slept)) == 0.01
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture()
 def http_server(mcp_fleet: dict[str, str]) -> Iterator[str]:
-    port = _free_port()
+    port = free_port()
     env = {**_server_env(mcp_fleet), "TEST_MCP_TOKEN": TOKEN}
     log = open(f"/tmp/toolfleet-mcp-http-{port}.log", "w+b")
     process = subprocess.Popen(
@@ -337,7 +333,7 @@ def http_server(mcp_fleet: dict[str, str]) -> Iterator[str]:
             with socket.socket() as sock:
                 return sock.connect_ex(("127.0.0.1", port)) == 0
 
-        wait_for(listening, timeout_s=30, what="toolfleet mcp to listen")
+        until(listening, timeout_s=30, what="toolfleet mcp to listen")
         yield f"http://127.0.0.1:{port}/mcp"
     finally:
         process.terminate()
@@ -437,7 +433,7 @@ def test_http_on_another_address_without_a_token_warns() -> None:
         "192.0.2.1",
     ]
     done = subprocess.run(
-        [*_command(), *args, "--port", str(_free_port())],
+        [*_command(), *args, "--port", str(free_port())],
         cwd=REPO_ROOT,
         env=env,
         capture_output=True,

@@ -1,4 +1,4 @@
-"""Task events flow only while a monitor watches (issue 16 item 1): a real worker, a real
+"""Task events flow only while a monitor watches (C10, at no cost otherwise): a real worker, a real
 ``toolfleet flower``, a real Celery event receiver, on a private Redis.
 
 With the default ``TOOLFLEET_TASK_EVENTS=monitor`` a call made with nobody watching sends no
@@ -19,9 +19,10 @@ import pytest
 import redis
 from celery import Celery
 
-from tests.integration.test_flower_cli import http_get, start_flower, stop_flower
-from tests.support.fleet import WorkerProcess, call, run, start_worker, wait_for
-from tests.support.reliability_support import PrivateRedis
+from tests.support.fleet import WorkerProcess, call, run, start_worker
+from tests.support.flower import http_get, start_flower, stop_flower
+from tests.support.redis_server import PrivateRedis
+from tests.support.waiting import until
 from toolfleet.dispatcher import Branch
 from toolfleet.schemas.settings import Settings
 from toolfleet.schemas.status import EventStatus
@@ -68,7 +69,7 @@ class EventLog:
         has moved past everything it did before (an event of a call would be heard by then).
         """
         after_s = time.time() + 0.2
-        wait_for(lambda: self.heard("worker-heartbeat", after_s), timeout_s=10, what="a heartbeat")
+        until(lambda: self.heard("worker-heartbeat", after_s), timeout_s=10, what="a heartbeat")
 
     def stop(self) -> None:
         self._receiver.should_stop = True
@@ -87,7 +88,7 @@ def watched(
     app = create_app(settings)
     log = EventLog(app)
     # The receiver is listening once it hears the worker's own heartbeat (every 2 s).
-    wait_for(lambda: log.heard("worker-heartbeat"), timeout_s=15, what="a worker heartbeat")
+    until(lambda: log.heard("worker-heartbeat"), timeout_s=15, what="a worker heartbeat")
     yield settings, worker, log
     log.stop()
     app.close()
@@ -131,14 +132,14 @@ def test_events_only_while_a_monitor_watches(
     try:
         # toolfleet flower asks at once (not after Flower's first 5 s timer tick).
         asked = time.monotonic()
-        wait_for(
+        until(
             lambda: worker.hostname in _leases(broker, settings),
             timeout_s=4.0,
             what="the worker to take a monitor lease from toolfleet flower",
         )
         assert time.monotonic() - asked < 4.0
         during = _one_call(settings, 2)
-        wait_for(
+        until(
             lambda: (
                 {"task-sent", "task-received", "task-started", "task-succeeded"}
                 <= set(log.of(during))
@@ -146,7 +147,7 @@ def test_events_only_while_a_monitor_watches(
             timeout_s=10,
             what="the four task events of a watched call",
         )
-        task = wait_for(
+        task = until(
             lambda: (t := _flower_task(flower, during)) and t.get("state") == "SUCCESS" and t,
             timeout_s=10,
             what="Flower to show the watched call as SUCCESS",
@@ -158,7 +159,7 @@ def test_events_only_while_a_monitor_watches(
         stop_flower(flower)
 
     # The monitor left: within the lease (plus one check), the worker turns events off.
-    wait_for(
+    until(
         lambda: worker.hostname not in _leases(broker, settings),
         timeout_s=LEASE_S + 5,
         what="the monitor lease to lapse after Flower stopped",
@@ -180,9 +181,9 @@ def test_always_keeps_events_on_without_a_monitor(
     app = create_app(settings)
     log = EventLog(app)
     try:
-        wait_for(lambda: log.heard("worker-heartbeat"), timeout_s=15, what="a worker heartbeat")
+        until(lambda: log.heard("worker-heartbeat"), timeout_s=15, what="a worker heartbeat")
         call_id = _one_call(settings, 4)
-        wait_for(
+        until(
             lambda: {"task-sent", "task-received", "task-succeeded"} <= set(log.of(call_id)),
             timeout_s=10,
             what="task events with TOOLFLEET_TASK_EVENTS=always and no monitor",

@@ -14,7 +14,8 @@ import pytest
 
 import toolfleet
 from tests.support.cli_support import REPO_ROOT, killed_on_exit, toolfleet_argv
-from tests.support.fleet import call, run, wait_for
+from tests.support.fleet import call, run
+from tests.support.waiting import until
 from toolfleet.dispatcher import Branch, Fleet
 from toolfleet.schemas.settings import Settings
 
@@ -167,5 +168,5 @@ def test_worker_and_act_from_a_directory_that_holds_schemas_dispatcher_and_worke
         assert agent.returncode == 0, agent.stdout + agent.stderr
         assert "OUTPUT HELLO" in agent.stdout
         assert worker.poll() is None
-    wait_for(lambda: worker.poll() is not None, timeout_s=30, what="the worker to stop")
+    until(lambda: worker.poll() is not None, timeout_s=30, what="the worker to stop")
     assert "was imported" not in (worker.stdout.read() if worker.stdout else "")

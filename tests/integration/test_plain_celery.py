@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from tests.support.cli_support import REPO_ROOT, read_jsonl, toolfleet_argv
-from tests.support.fleet import wait_for
-from tests.support.reliability_support import PrivateRedis
+from tests.support.redis_server import PrivateRedis
+from tests.support.waiting import until
 from toolfleet.schemas.settings import Settings
 from toolfleet.workers.app import create_app
 
@@ -68,7 +68,7 @@ def test_the_documented_recipe_runs_a_tool_from_the_working_directory(
         )
     app = create_app(Settings(broker_url=broker.url))
     try:
-        wait_for(
+        until(
             lambda: worker.poll() is not None or app.control.ping(timeout=0.5),
             timeout_s=60,
             what=f"the plain celery worker to answer a ping (log: {log_path})",

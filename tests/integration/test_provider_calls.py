@@ -1,4 +1,4 @@
-"""Provider tool calls in, provider-shaped results out (issue 14 items 1-3).
+"""Provider tool calls in, provider-shaped results out (C4: one normalized call context).
 
 Unit tests read the OpenAI and Anthropic SDK objects (built locally, no network) and dicts;
 the end-to-end tests run them through real sync and async workers and check that the model's

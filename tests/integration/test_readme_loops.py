@@ -26,7 +26,7 @@ from pydantic import TypeAdapter
 
 from tests.support.fleet import REPO_ROOT, WorkerProcess, start_worker
 from tests.support.readme_fakes import CALLS
-from tests.support.reliability_support import PrivateRedis
+from tests.support.redis_server import PrivateRedis
 
 _BLOCK = re.compile(r"```python\n(# (\S+\.py)[^\n]*\n.*?)```", re.DOTALL)
 TOOL_NAMES = ["divide", "fetch", "whoami", "word_count"]
@@ -67,7 +67,7 @@ def readme_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Pat
     finally:
         for worker in started:
             worker.stop(timeout_s=10)
-        server.stop()
+        server.kill()
 
 
 def run_agent(folder: Path, broker_url: str, script: str) -> tuple[list[dict[str, Any]], str]:

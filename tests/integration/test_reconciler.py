@@ -1,4 +1,4 @@
-"""Lost messages (issue 12 item 2): a call whose message vanished is republished once from the
+"""Lost messages: a call whose message vanished is republished once from the
 dispatcher's copy; lost again, it fails CallLostError naming where it was last seen.
 
 The loss is made by hand: a call queued behind a busy one-slot worker has its message removed
@@ -149,7 +149,7 @@ def test_locate_tells_queued_reserved_started_finished_and_nowhere(
     redis_client.set(keys.started(ids["s"]), StartedMarker.now("w1@host", 0).to_json())
     redis_client.set(keys.event(ids["f"]), b"{}")
     # Started by a worker whose heartbeat stopped long ago, its message gone: nobody will
-    # finish it, so it counts as nowhere (the reconciler republishes it; issue 12).
+    # finish it, so it counts as nowhere (the reconciler republishes it).
     live = StartedMarker.now("w2@host", 0)
     dead = StartedMarker(worker=live.worker, pid=live.pid, attempt=0, beat_at=live.beat_at - 600)
     redis_client.set(keys.started(ids["d"]), dead.to_json())

@@ -1,4 +1,4 @@
-"""A dispatcher SIGKILLed mid-batch, and its batch completed by recover (issue 12 item 6).
+"""A dispatcher SIGKILLed mid-batch, and its batch completed by recover (C5).
 
 A child process acts on 40 calls through a window of 4 and is SIGKILLed once a few units are
 in history: some calls are finished, some in flight, most never enqueued. ``toolfleet recover``

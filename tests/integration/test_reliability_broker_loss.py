@@ -1,4 +1,4 @@
-"""Broker loss (issue 7 item 3): Redis stopped mid-batch and started again.
+"""Broker loss: Redis stopped mid-batch and started again.
 
 The broker here is a private redis-server on a free port (the machine's Redis is never touched),
 without persistence, so its restart loses every queued message, unacked delivery, started
@@ -17,7 +17,9 @@ import pytest
 import redis.asyncio as aioredis
 
 from tests.support.fleet import WorkerProcess, assert_linked_pairs, call, start_worker
-from tests.support.reliability_support import PrivateRedis, free_port
+from tests.support.redis_server import PrivateRedis
+from tests.support.waiting import until_async
+from toolfleet.cli.children import free_port
 from toolfleet.dispatcher import Branch, Fleet
 from toolfleet.dispatcher.watch.broker_watch import BrokerWatch
 from toolfleet.dispatcher.watch.collector import Collector
@@ -62,12 +64,14 @@ def test_a_broker_restart_mid_batch_ends_every_call_within_the_deadline(
                 branch.act(requests, call_params=CallParams(deadline_s=deadline_s))
             )
             # Stop the broker once the echoes are in and the slow calls are in flight.
-            limit = time.monotonic() + 15
-            while len(branch.messages) < 8:
-                assert not task.done(), task
-                assert time.monotonic() < limit, "the echoes never completed"
-                await asyncio.sleep(0.02)
-            await asyncio.to_thread(broker.stop)
+            await until_async(
+                lambda: len(branch.messages) >= 8,
+                timeout_s=15,
+                interval_s=0.02,
+                what="the echoes to complete",
+                while_running=task,
+            )
+            await asyncio.to_thread(broker.kill)
             await asyncio.sleep(1.0)
             await asyncio.to_thread(broker.start)
             results = await task

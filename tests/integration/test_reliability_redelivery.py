@@ -1,4 +1,4 @@
-"""Redelivery without duplicates (issue 7 item 1, DESIGN C7: call_id is the idempotency key).
+"""Redelivery without duplicates (C7: call_id is the idempotency key).
 
 A finished call's message delivered again, whether re-published through kombu or redelivered
 because its worker died after the tool finished but before the ack, returns the stored record
@@ -18,7 +18,8 @@ from typing import Any
 from kombu import Connection, Exchange, Producer
 
 from tests.support.fleet import WorkerProcess, call, start_worker
-from tests.support.reliability_support import PrivateRedis, wait_until
+from tests.support.redis_server import PrivateRedis
+from tests.support.waiting import until, until_async
 from toolfleet.dispatcher import Branch, Fleet
 from toolfleet.schemas.action import ActionResponseModel
 from toolfleet.schemas.keys import Keys
@@ -87,7 +88,7 @@ def test_a_message_published_twice_through_kombu_runs_its_tool_once(
             **task_message.properties,
         )
     with broker.client() as client:
-        popped: Any = wait_until(
+        popped: Any = until(
             lambda: client.lpop(replay_reply), timeout_s=15, what="the replayed call's reply"
         )
         stored = client.get(Keys().event(result.call_id))
@@ -117,10 +118,12 @@ def test_a_worker_killed_after_the_tool_finished_but_before_the_ack_does_not_rer
             )
             client = fleet.redis
             keys = Keys()
-            limit = asyncio.get_running_loop().time() + 15
-            while not await client.keys(keys.started("*")):
-                assert asyncio.get_running_loop().time() < limit, "the call never started"
-                await asyncio.sleep(0.02)
+            await until_async(
+                lambda: client.keys(keys.started("*")),
+                timeout_s=15,
+                interval_s=0.02,
+                what="the call to start",
+            )
             # Freeze the worker's main process: its child finishes the call and stores the
             # record, but the ack (sent by the main process) never happens.
             os.kill(doomed.pid, signal.SIGSTOP)
@@ -138,14 +141,14 @@ def test_a_worker_killed_after_the_tool_finished_but_before_the_ack_does_not_rer
     workers.append(survivor)
     doomed.kill()  # SIGKILL of the whole (frozen) worker: the unacked message is orphaned
 
-    wait_until(
+    until(
         lambda: f"[{result.call_id}] succeeded" in survivor.log(),
         timeout_s=20,
         what="the survivor to receive the redelivered message",
     )
     assert f"[{result.call_id}] received" in survivor.log()
     with broker.client() as client:
-        wait_until(lambda: client.hlen("unacked") == 0, timeout_s=5, what="the redelivery ack")
+        until(lambda: client.hlen("unacked") == 0, timeout_s=5, what="the redelivery ack")
         stored = client.get(Keys().event(result.call_id))
     assert stored is not None
     record = CallResult.model_validate_json(stored)

@@ -1,4 +1,4 @@
-"""Worker loss mid-batch (issue 7 item 2), with ``acks_late`` and ``reject_on_worker_lost``.
+"""Worker loss mid-batch (C7), with ``acks_late`` and ``reject_on_worker_lost``.
 
 A SIGKILLed prefork child, and a SIGKILLed whole worker: the non-idempotent call that was running
 ends FAILED with WorkerLostError (its side effect happened once, it is not re-run); an
@@ -15,12 +15,13 @@ import asyncio
 import os
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.support.fleet import WorkerProcess, assert_linked_pairs, call, start_worker
-from tests.support.reliability_support import PrivateRedis, kill_pid
+from tests.support.redis_server import PrivateRedis
+from tests.support.reliability_support import kill_pid
+from tests.support.waiting import until_async
 from toolfleet.dispatcher import Branch, Fleet
 from toolfleet.schemas.action import ActionResponseModel, CallParams
 from toolfleet.schemas.settings import Settings
@@ -39,14 +40,6 @@ def runs(path: Path) -> list[int]:
     if not path.exists():
         return []
     return [int(line.split()[1]) for line in path.read_text().splitlines()]
-
-
-async def until(predicate: Any, task: asyncio.Future[Any], what: str, timeout_s: float) -> None:
-    limit = time.monotonic() + timeout_s
-    while not predicate():
-        assert not task.done(), f"the batch ended before {what}: {task}"
-        assert time.monotonic() < limit, f"timed out waiting for {what}"
-        await asyncio.sleep(0.02)
 
 
 def assert_every_call_answered(branch: Branch, results: list[ActionResponseModel]) -> None:
@@ -74,7 +67,13 @@ def test_a_killed_prefork_child_fails_its_running_call_and_reruns_only_what_is_s
             task = asyncio.ensure_future(
                 branch.act(requests, call_params=CallParams(deadline_s=DEADLINE_S))
             )
-            await until(lambda: runs(lost) and runs(rerun), task, "both calls to run", 20)
+            await until_async(
+                lambda: runs(lost) and runs(rerun),
+                timeout_s=20,
+                interval_s=0.02,
+                what="both calls to run",
+                while_running=task,
+            )
             for pid in (*runs(lost), *runs(rerun)):
                 assert pid != worker.pid  # a prefork child, not the worker itself
                 kill_pid(pid)
@@ -126,12 +125,24 @@ def test_a_killed_worker_fails_its_running_call_and_a_survivor_reruns_the_rest(
                 branch.act(requests, call_params=CallParams(deadline_s=DEADLINE_S))
             )
             client = fleet.redis
-            await until(lambda: runs(lost) and runs(rerun), task, "both calls to run", 20)
+            await until_async(
+                lambda: runs(lost) and runs(rerun),
+                timeout_s=20,
+                interval_s=0.02,
+                what="both calls to run",
+                while_running=task,
+            )
             # Every message delivered (none left in the queue list) before the crash.
-            limit = time.monotonic() + 10
-            while await client.llen(queue):
-                assert time.monotonic() < limit, "the doomed worker never reserved every call"
-                await asyncio.sleep(0.02)
+
+            async def all_reserved() -> bool:
+                return not await client.llen(queue)
+
+            await until_async(
+                all_reserved,
+                timeout_s=10,
+                interval_s=0.02,
+                what="the doomed worker to reserve every call",
+            )
             assert not first.exists() and not second.exists()
             # The survivor joins once the doomed worker holds every call, and is up (it
             # answered a ping) when the doomed worker dies.

@@ -1,4 +1,4 @@
-"""Secrets (issue 7 item 7): a ``secret_args`` value never appears in the history, the event
+"""Secrets: a ``secret_args`` value never appears in the history, the event
 records, any Redis key other than its in-flight message, the worker or Flower logs, or Flower.
 
 One marker value, unique to the run, goes through every path a call can take: completed on a
@@ -21,9 +21,9 @@ import pytest
 import redis
 
 import tests.support.reliability_tools  # noqa: F401  (the dispatcher validates `search` calls)
-from tests.integration.test_flower_cli import FlowerProcess, http_get, start_flower, stop_flower
 from tests.support.fleet import WorkerProcess, call
-from tests.support.reliability_support import wait_until
+from tests.support.flower import FlowerProcess, http_get, start_flower, stop_flower
+from tests.support.waiting import until
 from toolfleet.dispatcher import Branch, Fleet
 from toolfleet.schemas.action import ActionResponseModel, CallParams
 from toolfleet.schemas.keys import Keys
@@ -113,7 +113,7 @@ def test_a_secret_argument_appears_nowhere_but_its_in_flight_message(
     orphaned = settings.model_copy(update={"sync_queue": orphan_queue})
     # Flower hears only events sent while it listens: wait until it sees the sync worker.
     online = f'flower_worker_online{{worker="{sync_worker.hostname}"}} 1.0'
-    wait_until(
+    until(
         lambda: online in http_get(flower.base_url + "/metrics", timeout_s=2.0)[1].decode(),
         timeout_s=30,
         interval_s=0.2,
@@ -171,7 +171,7 @@ def test_a_secret_argument_appears_nowhere_but_its_in_flight_message(
                 return False
         return True
 
-    wait_until(flower_has_all, timeout_s=30, interval_s=0.2, what="Flower to show the calls")
+    until(flower_has_all, timeout_s=30, interval_s=0.2, what="Flower to show the calls")
     pages = ["/api/tasks", "/tasks", "/metrics", "/api/workers", "/workers"]
     pages += [f"/api/task/info/{c}" for c in call_ids] + [f"/task/{c}" for c in call_ids]
     for page in pages:

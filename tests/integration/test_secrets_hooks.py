@@ -1,4 +1,4 @@
-"""Issue 13 item 10, with real workers: no hook payload carries a raw secret — the context
+"""With real workers: no hook payload carries a raw secret — the context
 included — and a call to a tool the dispatcher has not imported shows its non-secret argument
 values only when the fleet's workers announced that tool and its secret arguments."""
 

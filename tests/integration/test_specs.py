@@ -1,4 +1,4 @@
-"""Tool specs from the registry (issue 14 item 4): JSON Schema from the signature or request
+"""Tool specs from the registry: JSON Schema from the signature or request
 model, docstring description, secret arguments marked, three provider formats, and the
 ``toolfleet tools`` command. Schemas are checked against the JSON Schema metaschema and the
 OpenAI/Anthropic SDK parameter types."""

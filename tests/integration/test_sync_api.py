@@ -1,4 +1,4 @@
-"""Issue 14 item 7: a synchronous API for scripts, and one Fleet used across event loops.
+"""A synchronous API for scripts, and one Fleet used across event loops.
 
 ``branch.act_sync()`` runs a batch on a private loop and closes what it opened; a Fleet used
 from several loops (one after another, or at once from threads) keeps a share per loop, each

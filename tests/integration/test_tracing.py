@@ -1,4 +1,4 @@
-"""OpenTelemetry (issue 15): one trace from act() through the broker to the worker and back.
+"""OpenTelemetry: one trace from act() through the broker to the worker and back.
 
 The test process records its spans with the SDK's in-memory exporter; the real worker
 processes export theirs over OTLP/HTTP to a tiny collector in this process
@@ -29,6 +29,7 @@ from opentelemetry.sdk.trace.sampling import (
 
 from tests.support.fleet import REPO_ROOT, WorkerProcess, call, run, start_worker
 from tests.support.otlp_collector import OtlpCollector, ReceivedSpan
+from tests.support.waiting import until
 from toolfleet.dispatcher import Branch, Fleet, Session
 from toolfleet.schemas.action import ActionResponseModel, CallParams
 from toolfleet.schemas.settings import Settings
@@ -201,13 +202,16 @@ def test_one_trace_from_act_through_the_workers_to_the_history_write(
     assert sum(int(w.attributes["toolfleet.calls"]) for w in writes) == len(requests)
 
     # The workers' spans crossed the broker: same trace, each a child of its call's span.
-    remote = collector.wait_for(
-        lambda spans: (
-            set(_by_call(spans, "toolfleet.worker ")) >= set(call_ids)
-            and sum(s.name == "toolfleet.record" for s in spans if s.trace_id == act.trace_id)
-            >= len(call_ids)
+    remote = until(
+        lambda: collector.spans_where(
+            lambda spans: (
+                set(_by_call(spans, "toolfleet.worker ")) >= set(call_ids)
+                and sum(s.name == "toolfleet.record" for s in spans if s.trace_id == act.trace_id)
+                >= len(call_ids)
+            )
         ),
         timeout_s=20,
+        what=collector.names,
     )
     remote = [s for s in remote if s.trace_id == act.trace_id]
     workers = _by_call(remote, "toolfleet.worker ")
@@ -231,7 +235,7 @@ def test_one_trace_from_act_through_the_workers_to_the_history_write(
         assert wait.end_ns <= run_.start_ns <= run_.end_ns <= record.start_ns
     assert calls[str(results[0].call_id)].attributes["toolfleet.tool_call_id"] == "call_trace_1"
     assert workers[str(results[0].call_id)].attributes["toolfleet.tool_call_id"] == "call_trace_1"
-    # Without a provider id, a call's tool_call_id is its call_id (issue 14).
+    # Without a provider id, a call's tool_call_id is its call_id.
     plain = calls[str(results[1].call_id)].attributes
     assert plain["toolfleet.tool_call_id"] == results[1].tool_call_id
     failed = workers[str(results[2].call_id)]
@@ -258,8 +262,12 @@ def test_batched_calls_each_join_their_own_call_span(
     assert [r.output for r in results] == [1, 2, 3]
     calls = _by_call([_received(s) for s in exporter.get_finished_spans()], "toolfleet.call ")
     ids = {str(r.call_id) for r in results}
-    remote = collector.wait_for(
-        lambda spans: set(_by_call(spans, "toolfleet.worker ")) >= ids, timeout_s=20
+    remote = until(
+        lambda: collector.spans_where(
+            lambda spans: set(_by_call(spans, "toolfleet.worker ")) >= ids
+        ),
+        timeout_s=20,
+        what=collector.names,
     )
     workers = _by_call(remote, "toolfleet.worker ")
     for call_id in ids:

@@ -1,4 +1,4 @@
-"""Workers enforce what a message claims (issue 13 items 1 and 2): hand-made messages, put on
+"""Workers enforce what a message claims (C6 and the JSON contract): hand-made messages, put on
 the broker straight through kombu, get the same contract the dispatcher applies; a sync tool
 never runs on the asyncio pool; ``reply_to`` must be one of this fleet's reply lists; Celery's
 built-in tasks are not registered on a toolfleet worker.
@@ -15,7 +15,8 @@ import redis
 from celery import Celery
 from kombu import Connection, Exchange, Producer
 
-from tests.support.fleet import WorkerProcess, collect_replies, wait_for
+from tests.support.fleet import WorkerProcess, collect_replies
+from tests.support.waiting import until
 from toolfleet.schemas.keys import Keys
 from toolfleet.schemas.wire import CallResult
 from toolfleet.workers.app import EXECUTE_TASK, settings_of
@@ -106,7 +107,7 @@ def test_a_foreign_reply_to_is_refused_and_nothing_is_pushed_there(
         redis_client.delete(foreign)
         body = hand_made("echo", {"value": 1}, reply_to=foreign)
         publish_raw(celery_app, body, queue=settings_of(celery_app).sync_queue)
-        raw = wait_for(
+        raw = until(
             lambda b=body: redis_client.get(keys.event(b["call_id"])),
             timeout_s=20,
             what="the refused call's record",
@@ -131,7 +132,7 @@ def test_only_toolfleet_tasks_are_registered_on_a_worker(
         queue=settings_of(celery_app).sync_queue,
         task="celery.accumulate",
     )
-    wait_for(
+    until(
         lambda: "Received unregistered task of type 'celery.accumulate'" in sync_worker.log(),
         timeout_s=15,
         what="the worker to refuse celery.accumulate",

@@ -1,4 +1,4 @@
-"""Issue 11 item 5: an app's Celery signal handlers are connected once per process and go with
+"""An app's Celery signal handlers are connected once per process and go with
 the app (toolfleet.workers.app_signals); closed apps are collected."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 3: the asyncio pool runs many async tools at once on one loop thread, and cancels."""
+"""The asyncio pool runs many async tools at once on one loop thread, and cancels."""
 
 from __future__ import annotations
 
@@ -10,14 +10,8 @@ import redis
 from celery import Celery
 
 import tests.support.sample_tools  # noqa: F401  (registers the tools the workers run)
-from tests.support.fleet import (
-    WorkerProcess,
-    collect_replies,
-    make_call,
-    run_calls,
-    start_worker,
-    wait_for,
-)
+from tests.support.fleet import WorkerProcess, collect_replies, make_call, run_calls, start_worker
+from tests.support.waiting import until
 from toolfleet.dispatcher.send.enqueue import cancel_running, publish_calls
 from toolfleet.schemas.keys import Keys
 from toolfleet.schemas.settings import Settings
@@ -58,7 +52,7 @@ def test_500_async_sleeps_overlap_on_one_loop_thread(
 def _start_long_call(celery_app: Celery, redis_client: redis.Redis, reply_to: str) -> str:
     message = make_call("sleep_async", {"seconds": 60}, reply_to=reply_to)
     publish_calls(celery_app, [(message, registry.get("sleep_async"))])
-    wait_for(
+    until(
         lambda: redis_client.exists(Keys().started(message.call_id)),
         timeout_s=15,
         what="the call to start running",
@@ -77,7 +71,7 @@ def test_cancel_running_ends_the_call_cancelled_and_revoked(
     assert result.status is EventStatus.CANCELLED
     assert result.execution["duration"] is not None
     state = celery_app.AsyncResult(call_id)
-    wait_for(lambda: state.state == "REVOKED", timeout_s=10, what="Celery state REVOKED")
+    until(lambda: state.state == "REVOKED", timeout_s=10, what="Celery state REVOKED")
 
 
 def test_revoke_terminate_cancels_a_running_async_call(
@@ -89,7 +83,7 @@ def test_revoke_terminate_cancels_a_running_async_call(
     (result,) = collect_replies(redis_client, reply_to, 1, timeout_s=10)
     assert result.status is EventStatus.CANCELLED
     state = celery_app.AsyncResult(call_id)
-    wait_for(lambda: state.state == "REVOKED", timeout_s=10, what="Celery state REVOKED")
+    until(lambda: state.state == "REVOKED", timeout_s=10, what="Celery state REVOKED")
 
 
 def test_a_revoked_queued_call_is_recorded_cancelled_and_never_runs(
@@ -108,7 +102,7 @@ def test_a_revoked_queued_call_is_recorded_cancelled_and_never_runs(
     assert result.status is EventStatus.CANCELLED
     assert not path.exists()
     state = celery_app.AsyncResult(message.call_id)
-    wait_for(lambda: state.state == "REVOKED", timeout_s=10, what="Celery state REVOKED")
+    until(lambda: state.state == "REVOKED", timeout_s=10, what="Celery state REVOKED")
 
 
 def test_calls_waiting_for_a_slot_can_be_cancelled_or_revoked(
@@ -127,12 +121,12 @@ def test_calls_waiting_for_a_slot_can_be_cancelled_or_revoked(
         )
         tool = registry.get("sleep_async")
         publish_calls(app, [(holder, tool), (waiting, tool), (revoked, tool)])
-        wait_for(
+        until(
             lambda: redis_client.exists(Keys().started(holder.call_id)),
             timeout_s=15,
             what="the first call to hold the only slot",
         )
-        wait_for(
+        until(
             lambda: worker.log().count("Task tool:sleep_async[") >= 3,
             timeout_s=15,
             what="the worker to receive all three calls",

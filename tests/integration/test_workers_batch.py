@@ -1,4 +1,4 @@
-"""Issue 8 item 3: toolfleet.execute_many — several calls per message, each its own record."""
+"""toolfleet.execute_many — several calls per message, each its own record."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ import redis
 from celery import Celery
 
 import tests.support.sample_tools  # noqa: F401  (registers the tools the workers run)
-from tests.support.fleet import WorkerProcess, collect_replies, make_call, wait_for
+from tests.support.fleet import WorkerProcess, collect_replies, make_call
+from tests.support.waiting import until
 from toolfleet.dispatcher.send.bundles import publish_batched
 from toolfleet.schemas.errors import ConfigurationError
 from toolfleet.schemas.keys import Keys
@@ -108,7 +109,7 @@ def test_a_call_revoked_before_its_batch_runs_ends_cancelled(
     calls = _calls(reply_to, ("sleep_async", {"seconds": 0.01}), ("sleep_async", {"seconds": 0}))
     revoked_id = calls[0][0].call_id
     celery_app.control.revoke(revoked_id)
-    wait_for(
+    until(
         lambda: any(
             revoked_id in ids
             for ids in (

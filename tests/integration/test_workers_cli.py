@@ -12,14 +12,8 @@ from pathlib import Path
 import redis
 
 import tests.support.sample_tools  # noqa: F401  (registers the tools the workers run)
-from tests.support.fleet import (
-    REPO_ROOT,
-    WorkerProcess,
-    collect_replies,
-    make_call,
-    start_worker,
-    wait_for,
-)
+from tests.support.fleet import REPO_ROOT, WorkerProcess, collect_replies, make_call, start_worker
+from tests.support.waiting import until
 from toolfleet.dispatcher.send.enqueue import publish_calls
 from toolfleet.schemas.keys import Keys
 from toolfleet.schemas.settings import Settings
@@ -81,7 +75,7 @@ def test_sigterm_is_a_warm_shutdown_that_finishes_running_calls(
         reply_to = "toolfleet:reply:test-warm-shutdown"
         message = make_call("sleep_async", {"seconds": 1.5}, reply_to=reply_to)
         publish_calls(app, [(message, registry.get("sleep_async"))])
-        wait_for(
+        until(
             lambda: redis_client.exists(Keys().started(message.call_id)),
             timeout_s=15,
             what="the call to start",
@@ -134,7 +128,7 @@ def test_plain_celery_runs_the_app_with_the_asyncio_pool(
     worker = WorkerProcess("async", hostname, process, log_path)
     app = create_app(Settings(broker_url=redis_url, async_queue=queue))
     try:
-        wait_for(
+        until(
             lambda: (
                 process.poll() is None and app.control.ping(destination=[hostname], timeout=0.5)
             ),

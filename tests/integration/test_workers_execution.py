@@ -1,4 +1,4 @@
-"""Issue 3: calls run on real workers; records in Redis and Celery states mirror the event."""
+"""Calls run on real workers; records in Redis and Celery states mirror the event."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import redis
 from celery import Celery
 
 import tests.support.sample_tools  # noqa: F401  (registers the tools the workers run)
-from tests.support.fleet import WorkerProcess, run_calls, wait_for
+from tests.support.fleet import WorkerProcess, run_calls
+from tests.support.waiting import until
 from toolfleet.schemas.keys import Keys
 from toolfleet.schemas.status import EventStatus
 from toolfleet.schemas.wire import CallResult
@@ -19,7 +20,7 @@ from toolfleet.schemas.wire import CallResult
 def celery_state(app: Celery, task_id: str) -> str:
     result = app.AsyncResult(task_id)
     return str(
-        wait_for(
+        until(
             lambda: result.state if result.state in ("SUCCESS", "FAILURE", "REVOKED") else None,
             timeout_s=10,
             what=f"a final Celery state for {task_id}",
@@ -44,7 +45,7 @@ def test_each_kind_reaches_only_its_own_queue(
     )
     assert sync_result.worker == sync_worker.hostname
     assert async_result.worker == async_worker.hostname
-    wait_for(
+    until(
         lambda: async_result.call_id in async_worker.log(),
         timeout_s=10,
         what="the async worker to log its call",
@@ -189,7 +190,7 @@ def test_secret_arguments_never_reach_records_results_or_logs(
     assert celery_state(celery_app, result.call_id) == "SUCCESS"
     # The worker logs "Task tool:with_secret[<id>] received" with the args; wait for the
     # success line so the whole exchange is in the log before reading it.
-    wait_for(
+    until(
         lambda: result.call_id in sync_worker.log() and "succeeded" in sync_worker.log(),
         timeout_s=10,
         what="the worker's log lines for the call",

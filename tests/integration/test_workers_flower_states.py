@@ -12,7 +12,8 @@ from celery import Celery
 from celery.events.state import State
 
 import tests.support.sample_tools  # noqa: F401  (registers the tools the workers run)
-from tests.support.fleet import WorkerProcess, collect_replies, make_call, run_calls, wait_for
+from tests.support.fleet import WorkerProcess, collect_replies, make_call, run_calls
+from tests.support.waiting import until
 from toolfleet.dispatcher.send.enqueue import cancel_running, publish_calls
 from toolfleet.schemas.keys import Keys
 from toolfleet.schemas.status import EventStatus
@@ -52,15 +53,15 @@ def flower_state(
     thread.start()
     # Pub/sub events are not replayed: probe until the receiver is surely subscribed.
     with celery_app.events.default_dispatcher() as dispatcher:
-        wait_for(
+        until(
             lambda: dispatcher.send("toolfleet-probe") or probes_seen.wait(0.2),
             timeout_s=10,
             what="the event receiver to subscribe",
         )
-    # Like Flower, ask the workers for task events (off until a monitor asks, issue 16), and
+    # Like Flower, ask the workers for task events (off until a monitor asks, C10), and
     # wait until both hold the lease, so every event of the test's calls is sent.
     celery_app.control.enable_events()
-    wait_for(
+    until(
         lambda: (
             {sync_worker.hostname, async_worker.hostname}
             <= set(live_leases(redis_client, monitor_key(celery_app)))
@@ -75,7 +76,7 @@ def flower_state(
 
 
 def _flower_task(state: State, task_id: str, final: str) -> object:
-    return wait_for(
+    return until(
         lambda: (t := state.tasks.get(task_id)) is not None and t.state == final and t,
         timeout_s=15,
         what=f"Flower state {final} for {task_id}",
@@ -133,7 +134,7 @@ def test_flower_shows_a_cancelled_call_revoked(
     reply_to = "toolfleet:reply:test-flower-cancel"
     message = make_call("sleep_async", {"seconds": 60}, reply_to=reply_to)
     publish_calls(celery_app, [(message, registry.get("sleep_async"))])
-    wait_for(
+    until(
         lambda: redis_client.exists(Keys().started(message.call_id)),
         timeout_s=15,
         what="the call to start",

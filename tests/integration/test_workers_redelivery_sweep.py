@@ -1,4 +1,4 @@
-"""A dead worker's calls are redelivered within the visibility timeout's scale (issue 12).
+"""A dead worker's calls are redelivered within the visibility timeout's scale.
 
 kombu sweeps unacknowledged messages back to their queue under a Redis lock. A worker
 SIGKILLed while it held that lock blocked every other worker's sweep until the lock expired —

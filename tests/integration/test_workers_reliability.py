@@ -1,4 +1,4 @@
-"""Issue 3 / C7: JSON only, call_id idempotency, and the worker-lost rule."""
+"""C7: JSON only, call_id idempotency, and the worker-lost rule."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from celery import Celery
 from kombu import Connection, Exchange, Producer
 
 import tests.support.sample_tools  # noqa: F401  (registers the tools the workers run)
-from tests.support.fleet import WorkerProcess, collect_replies, make_call, start_worker, wait_for
+from tests.support.fleet import WorkerProcess, collect_replies, make_call, start_worker
+from tests.support.waiting import until
 from toolfleet.dispatcher.send.enqueue import publish_calls
 from toolfleet.schemas.keys import Keys
 from toolfleet.schemas.settings import Settings
@@ -43,7 +44,7 @@ def test_pickle_message_is_refused_and_its_tool_never_runs(
             declare=[],
             **task_message.properties,
         )
-    wait_for(
+    until(
         lambda: "Refusing to deserialize untrusted content of type pickle" in sync_worker.log(),
         timeout_s=15,
         what="the worker to refuse the pickle message",
@@ -66,7 +67,7 @@ def test_the_same_message_published_twice_runs_the_tool_once(
     publish_calls(celery_app, [(message, tool), (message, tool)])
     (first,) = collect_replies(redis_client, reply_to, 1, timeout_s=15)
     assert first.status is EventStatus.COMPLETED
-    wait_for(
+    until(
         lambda: sync_worker.log().count(f"[{message.call_id}] succeeded") >= 2,
         timeout_s=15,
         what="both deliveries to finish",
@@ -100,7 +101,7 @@ def test_a_call_whose_worker_was_lost_fails_when_not_idempotent(
     assert "idempotent=True" in error["message"]
     assert not path.exists()
     state = celery_app.AsyncResult(message.call_id)
-    wait_for(lambda: state.state == "FAILURE", timeout_s=10, what="Celery state FAILURE")
+    until(lambda: state.state == "FAILURE", timeout_s=10, what="Celery state FAILURE")
 
 
 def test_a_call_whose_worker_was_lost_reruns_when_idempotent(
@@ -137,7 +138,7 @@ def test_a_retry_attempt_runs_again_after_a_failed_attempt(
     assert again.attempt == 1
     assert again.execution["error"]["message"] == "second"
     state = celery_app.AsyncResult(f"{first.call_id}.1")
-    wait_for(lambda: state.state == "FAILURE", timeout_s=10, what="Celery state FAILURE")
+    until(lambda: state.state == "FAILURE", timeout_s=10, what="Celery state FAILURE")
 
 
 @pytest.mark.slow
@@ -157,7 +158,7 @@ def test_a_worker_killed_mid_call_leaves_a_call_that_fails_as_worker_lost(
     second = None
     try:
         publish_calls(app, [(message, registry.get("append_then_sleep"))])
-        wait_for(lambda: path.exists(), timeout_s=15, what="the tool to start its side effect")
+        until(lambda: path.exists(), timeout_s=15, what="the tool to start its side effect")
         first.kill()
         second = start_worker("sync", redis_url=redis_url, concurrency=1, env=env)
         (result,) = collect_replies(redis_client, reply_to, 1, timeout_s=45)

@@ -1,5 +1,6 @@
-"""Helpers for the chaos tests (issue 12 item 8): a private broker a test can kill, restart,
-pause and resume by PID; the tools' ledger; and the one verdict every chaos test asserts.
+"""Helpers for the chaos tests: the ``broker`` fixture (a private redis-server a test can kill,
+restart, pause and resume by PID); the tools' ledger; and the one verdict every chaos test
+asserts.
 
 Not a test module. The verdict counts, from the ledger the tools wrote themselves and from the
 history stored in Redis (not the dispatcher's memory):
@@ -17,12 +18,10 @@ history stored in Redis (not the dispatcher's memory):
 from __future__ import annotations
 
 import asyncio
-import os
 import random
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping, Sequence
@@ -31,10 +30,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 
-from tests.support.fleet import REPO_ROOT, WorkerProcess, start_worker, wait_for
-from tests.support.reliability_support import free_port
+from tests.support.fleet import REPO_ROOT, WorkerProcess, start_worker
+from tests.support.redis_server import PrivateRedis
+from tests.support.waiting import until
 from toolfleet.dispatcher import Branch, Fleet
 from toolfleet.schemas.action import ActionResponseModel, CallParams
 from toolfleet.schemas.messages import ActionRequest, ActionResponse
@@ -44,7 +43,6 @@ from toolfleet.schemas.status import EventStatus
 __all__ = [
     "CHAOS_TOOLS",
     "Chaos",
-    "ChaosBroker",
     "Ledger",
     "Verdict",
     "act_and_load",
@@ -59,89 +57,17 @@ __all__ = [
     "start_chaos_worker",
     "stored_branch",
     "stored_results",
-    "until",
 ]
 
 CHAOS_TOOLS = ("tests.support.chaos_tools",)
 
 
-class ChaosBroker:
-    """A redis-server of the test's own on ``host``:<free port>, handled by its PID only.
-
-    ``persist`` turns on the append-only file with an fsync per write, so a SIGKILL and
-    restart is a broker that crashed and came back with its data (how Redis is deployed);
-    without it a restart is a broker that lost everything."""
-
-    def __init__(
-        self, *, persist: bool = True, host: str = "127.0.0.1", also_bind: Sequence[str] = ()
-    ) -> None:
-        self.host = host
-        self.also_bind = tuple(also_bind)  # more addresses it listens on (e.g. veth ends)
-        self.port = free_port()
-        self.persist = persist
-        self.dir = Path(tempfile.mkdtemp(prefix="toolfleet-chaos-redis-"))
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://{self.host}:{self.port}/0"
-
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None, "the broker is not running"
-        return self.proc.pid
-
-    def client(self, db: int = 0) -> redis.Redis:
-        return redis.Redis(host=self.host, port=self.port, db=db, socket_timeout=5)
-
-    def start(self) -> None:
-        persistence = (
-            ["--appendonly", "yes", "--appendfsync", "always"]
-            if self.persist
-            else ["--appendonly", "no"]
-        )
-        command = ["redis-server", "--bind", self.host, *self.also_bind]
-        command += ["--port", str(self.port), "--save", ""]
-        if self.also_bind:
-            # Reached from other network namespaces over veth ends that exist only on this
-            # machine; protected mode would refuse every non-loopback client.
-            command += ["--protected-mode", "no"]
-        command += [*persistence, "--dir", str(self.dir)]
-        self.proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wait_for(self._answers, timeout_s=15, what=f"redis-server on {self.host}:{self.port}")
-
-    def kill(self) -> None:
-        """SIGKILL: a crash, not a shutdown."""
-        if self.proc is None:
-            return
-        self.resume()  # a stopped process would not die until continued
-        self.proc.kill()
-        self.proc.wait(timeout=10)
-        self.proc = None
-
-    def pause(self) -> None:
-        """SIGSTOP: the broker stalls; connections stay open and nothing answers."""
-        os.kill(self.pid, signal.SIGSTOP)
-
-    def resume(self) -> None:
-        if self.proc is not None:
-            os.kill(self.proc.pid, signal.SIGCONT)
-
-    def _answers(self) -> bool:
-        if self.proc is not None and self.proc.poll() is not None:
-            raise RuntimeError(f"redis-server on port {self.port} exited {self.proc.returncode}")
-        try:
-            with self.client() as client:
-                return bool(client.ping())
-        except redis.RedisError:
-            return False
-
-
 def broker_fixture(*, persist: bool) -> Any:
-    """A ``broker`` fixture for a chaos module: a ChaosBroker of the test's own, killed after."""
+    """A ``broker`` fixture for a chaos module: a PrivateRedis of the test's own, killed
+    after (``persist``: an append-only file, fsync per write)."""
 
-    def broker() -> Iterator[ChaosBroker]:
-        server = ChaosBroker(persist=persist)
+    def broker() -> Iterator[PrivateRedis]:
+        server = PrivateRedis(persist=persist, client_timeout_s=5, ready_timeout_s=15)
         server.start()
         yield server
         server.kill()
@@ -149,7 +75,7 @@ def broker_fixture(*, persist: bool) -> Any:
     return pytest.fixture(name="broker")(broker)
 
 
-def chaos_settings(broker: ChaosBroker, **overrides: Any) -> Settings:
+def chaos_settings(broker: PrivateRedis, **overrides: Any) -> Settings:
     """A dispatcher's settings on ``broker`` with the chaos tools: a 1 s reconcile grace (a
     lost call is settled soon) unless ``overrides`` say otherwise."""
     fields: dict[str, Any] = {"reconcile_grace_s": 1.0, **overrides}
@@ -157,7 +83,7 @@ def chaos_settings(broker: ChaosBroker, **overrides: Any) -> Settings:
 
 
 def start_chaos_worker(
-    kind: str, broker: ChaosBroker, concurrency: int, env: Mapping[str, str]
+    kind: str, broker: PrivateRedis, concurrency: int, env: Mapping[str, str]
 ) -> WorkerProcess:
     """A real ``kind`` worker on ``broker`` serving the chaos tools."""
     return start_worker(
@@ -196,7 +122,7 @@ def sigkill_child_when(
         stderr=subprocess.PIPE,
     )
     try:
-        wait_for(lambda: child.poll() is not None or ready(), timeout_s=timeout_s, what=what)
+        until(lambda: child.poll() is not None or ready(), timeout_s=timeout_s, what=what)
         assert child.poll() is None, child.stderr.read() if child.stderr else ""
         child.send_signal(signal.SIGKILL)
         child.wait(10)
@@ -410,17 +336,6 @@ async def stored_branch(settings: Settings, branch_id: str) -> Branch:
     """The branch as Redis holds it, read by a fresh fleet (not the dispatcher's memory)."""
     async with Fleet(settings) as fleet:
         return await Branch.load(branch_id, fleet=fleet)
-
-
-async def until(
-    predicate: Callable[[], object], task: asyncio.Future[Any], what: str, timeout_s: float
-) -> None:
-    """Wait for ``predicate`` while the batch runs; fail if the batch ends first."""
-    limit = time.monotonic() + timeout_s
-    while not predicate():
-        assert not task.done(), f"the batch ended before {what}: {task}"
-        assert time.monotonic() < limit, f"timed out after {timeout_s:g}s waiting for {what}"
-        await asyncio.sleep(0.05)
 
 
 Chaos = Callable[[Branch, "asyncio.Future[list[ActionResponseModel]]"], Awaitable[None]]

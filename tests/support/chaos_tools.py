@@ -1,4 +1,4 @@
-"""Tools for the chaos tests (issue 12 item 8): each run writes its own side channel.
+"""Tools for the chaos tests: each run writes its own side channel.
 
 Every run appends ``S <token> <pid> <host>`` to a ledger file when it starts and
 ``E <token> <pid> <host>`` when its side effect is done (``host``: the worker's CHAOS_HOST, so a

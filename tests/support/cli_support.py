@@ -11,13 +11,12 @@ import select
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from tests.support.fleet import wait_for
+from tests.support.waiting import until
 
 __all__ = [
     "REPO_ROOT",
@@ -30,7 +29,6 @@ __all__ = [
     "redis_pids_for",
     "toolfleet",
     "toolfleet_argv",
-    "wait_until",
 ]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -115,23 +113,17 @@ def redis_pids_for(broker_url: str) -> list[int]:
 def no_processes_left(home: Path, *, timeout_s: float = 10.0) -> None:
     """Wait until nothing started under ``home`` runs (toolfleet's reaper exits just after
     toolfleet does); fail listing the survivors."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        alive = processes_with_home(home)
-        if not alive:
-            return
-        if time.monotonic() > deadline:
-            commands = []
-            for pid in alive:
-                try:
-                    commands.append(Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" "))
-                except OSError:
-                    continue
-            raise AssertionError(f"processes left behind: {commands}")
-        time.sleep(0.05)
 
+    def left_behind() -> str:
+        commands = []
+        for pid in processes_with_home(home):
+            try:
+                commands.append(Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" "))
+            except OSError:
+                continue
+        return f"nothing left running under {home}; processes left behind: {commands}"
 
-wait_until = wait_for  # one deadline-bounded poll for every test helper
+    until(lambda: not processes_with_home(home), timeout_s=timeout_s, what=left_behind)
 
 
 def read_jsonl(text: str) -> list[dict[str, Any]]:
@@ -143,20 +135,23 @@ def batch_text(lines: Sequence[str]) -> str:
 
 
 def _read_pty(master: int, proc: subprocess.Popen[bytes], timeout_s: float) -> bytes:
+    """What the child wrote to the terminal until it closed it or exited, or ``timeout_s``
+    passed (then the caller's wait for the child fails and kills it)."""
     chunks: list[bytes] = []
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([master], [], [], 0.1)
-        if ready:
-            try:
-                data = os.read(master, 65536)
-            except OSError:  # EIO: the child closed the terminal
-                break
-            if not data:
-                break
-            chunks.append(data)
-        elif proc.poll() is not None:
-            break
+
+    def ended() -> bool:
+        ready, _, _ = select.select([master], [], [], 0.1)  # the wait is the select itself
+        if not ready:
+            return proc.poll() is not None
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            return True
+        chunks.append(data)
+        return not data
+
+    with contextlib.suppress(TimeoutError):
+        until(ended, timeout_s=timeout_s, interval_s=0, what="the terminal to close")
     return b"".join(chunks)
 
 

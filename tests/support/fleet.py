@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -18,6 +17,7 @@ from typing import Any, TypeVar
 import redis
 from celery import Celery
 
+from tests.support.waiting import until
 from toolfleet.dispatcher import Branch, Fleet
 from toolfleet.dispatcher.send.enqueue import publish_calls
 from toolfleet.schemas.action import ActionResponseModel
@@ -39,25 +39,10 @@ __all__ = [
     "run",
     "run_calls",
     "start_worker",
-    "wait_for",
 ]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
-
-
-def wait_for(
-    predicate: Callable[[], T], *, timeout_s: float, interval_s: float = 0.05, what: str = ""
-) -> T:
-    """Poll ``predicate`` until it returns a truthy value; fail after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout_s:g}s waiting for {what or predicate}")
-        time.sleep(interval_s)
 
 
 @dataclass
@@ -178,7 +163,7 @@ def start_worker(
     app = create_app(Settings.from_env(settings_env))
     worker = WorkerProcess(kind, hostname, process, Path(log_name), app)
     try:
-        wait_for(
+        until(
             lambda: _ready(worker),
             timeout_s=ready_timeout_s,
             interval_s=0.2,
@@ -224,17 +209,20 @@ def collect_replies(
 ) -> list[CallResult]:
     """BLPOP ``count`` CallResults from ``reply_to``; fail after ``timeout_s`` overall."""
     results: list[CallResult] = []
-    deadline = time.monotonic() + timeout_s
-    while len(results) < count:
-        left_s = deadline - time.monotonic()
-        if left_s <= 0:
-            raise TimeoutError(
-                f"only {len(results)} of {count} results arrived on {reply_to} "
-                f"within {timeout_s:g}s"
-            )
-        item: Any = client.blpop([reply_to], timeout=max(0.1, min(left_s, 1.0)))
-        if item is not None:
-            results.append(CallResult.model_validate_json(item[1]))
+
+    def all_arrived() -> bool:
+        if len(results) < count:
+            item: Any = client.blpop([reply_to], timeout=0.2)  # the wait is the pop itself
+            if item is not None:
+                results.append(CallResult.model_validate_json(item[1]))
+        return len(results) >= count
+
+    until(
+        all_arrived,
+        timeout_s=timeout_s,
+        interval_s=0,
+        what=lambda: f"{count} results on {reply_to} (only {len(results)} arrived)",
+    )
     return results
 
 

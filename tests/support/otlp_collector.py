@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import gzip
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -89,19 +88,17 @@ class OtlpCollector:
         with self._lock:
             return list(self.spans)
 
-    def wait_for(
-        self, predicate: Callable[[list[ReceivedSpan]], bool], *, timeout_s: float
-    ) -> list[ReceivedSpan]:
-        """Return the spans once ``predicate(spans)`` holds; fail after ``timeout_s``."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            spans = self.snapshot()
-            if predicate(spans):
-                return spans
-            if time.monotonic() > deadline:
-                names = sorted(s.name for s in spans)
-                raise TimeoutError(f"the collector did not get the spans in {timeout_s}s: {names}")
-            time.sleep(0.05)
+    def spans_where(
+        self, predicate: Callable[[list[ReceivedSpan]], bool]
+    ) -> list[ReceivedSpan] | None:
+        """The spans received so far if ``predicate(spans)`` holds, else None: a condition
+        for ``until``."""
+        spans = self.snapshot()
+        return spans if predicate(spans) else None
+
+    def names(self) -> str:
+        """The names of the spans received so far, for an error."""
+        return f"spans received: {sorted(s.name for s in self.snapshot())}"
 
     def _add(self, request: ExportTraceServiceRequest) -> None:
         received = []

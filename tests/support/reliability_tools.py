@@ -1,4 +1,4 @@
-"""Tools for the reliability tests (issue 7): each run leaves a line naming its process, so a test
+"""Tools for the reliability tests: each run leaves a line naming its process, so a test
 can count runs and find the prefork child to kill. Workers load this module with --tools."""
 
 from __future__ import annotations

@@ -13,10 +13,10 @@ from toolfleet.workers.registry import tool
 
 __all__ = [
     "add",
-    "blocks_loop",
     "append_line",
     "append_line_idempotent",
     "append_then_sleep",
+    "blocks_loop",
     "echo",
     "fail",
     "fail_async",
@@ -171,5 +171,5 @@ async def loaded_modules_async(prefix: str) -> list[str]:
 @tool
 async def blocks_loop(seconds: float) -> float:
     """Wrongly blocks its event loop (time.sleep inside async def): the pool must name it."""
-    time.sleep(seconds)
+    time.sleep(seconds)  # noqa: ASYNC251 - the blocking call is what this tool is for
     return seconds

@@ -1,4 +1,4 @@
-"""Bad input at the schema layer (issue 7 item 6): pure logic, property-based.
+"""Bad input at the schema layer (D1): pure logic, property-based.
 
 Whatever an agent sends, argument normalization either returns a dict or raises the one
 specific error (ArgumentValidationError naming the tool), and serialization of a result never

@@ -1,4 +1,4 @@
-"""The branch's compact in-memory history (issue 16): older items folded, same values back."""
+"""The branch's compact in-memory history: older items folded, same values back."""
 
 from __future__ import annotations
 

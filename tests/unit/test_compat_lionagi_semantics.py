@@ -1,4 +1,4 @@
-"""Where the ADR is silent, toolfleet follows lionagi's semantics (issue 14 item 6): permission
+"""Where the ADR is silent, toolfleet follows lionagi's semantics (D5): permission
 precedence deny > allow > escalate, tools hashable and found in the registry by object or name,
 StopHook ending a TOOL_POST/TOOL_ERROR chain without a failure, lionagi Tools registering with
 ``@tool`` (processors included). The given-ActionRequest rule is checked through real workers in

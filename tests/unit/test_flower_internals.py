@@ -1,4 +1,4 @@
-"""Issue 11 item 5: every Flower (and Celery event-state) internal that
+"""Every Flower (and Celery event-state) internal that
 toolfleet/cli/flower_internals.py leans on is still there, with the shape it was written
 against. A failure names the internal and what changed; fix toolfleet/cli/flower_internals.py
 (and nothing else) to match the installed Flower. The behaviour itself (a call named for its

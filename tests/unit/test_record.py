@@ -1,5 +1,5 @@
 """toolfleet.schemas.record.EventRecord: the one typed event record, and its shape on the wire and
-in history (issue 11: stored records and history keep the keys they always had)."""
+in history (stored records and history keep the keys they always had)."""
 
 from __future__ import annotations
 

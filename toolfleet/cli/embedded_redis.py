@@ -82,6 +82,11 @@ class EmbeddedRedis:
     127.0.0.1 port instead, protected by a random password. With a ``data_dir`` the data is
     kept there across runs when no other toolfleet process holds it; otherwise it lives only
     as long as this server.
+
+    The test suite starts its brokers here too: a given ``port`` on the ``bind`` addresses,
+    without a password (so the server can be restarted on the same port), optionally with
+    every write in an fsynced append-only file (``append_only``: a SIGKILLed server comes
+    back with its data), and ``kill()`` to crash it.
     """
 
     run_dir: Path
@@ -92,6 +97,12 @@ class EmbeddedRedis:
     # When ``data_dir`` is held by another toolfleet, use a free slot under it (a fleet);
     # False for a reader, which wants exactly ``data_dir``.
     spill_over: bool = True
+    # A fixed TCP port on ``bind`` instead of the socket; no password (tests' brokers).
+    port: int | None = None
+    bind: tuple[str, ...] = ("127.0.0.1",)
+    append_only: bool = False
+    # The redis-server binary; find_redis_server()'s when empty.
+    executable: str = ""
     url: str = ""
     persistent: bool = False
     _proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
@@ -125,13 +136,21 @@ class EmbeddedRedis:
             "--dir", str(dir_for_data),
             "--dbfilename", "dump.rdb",
             "--save", "",
-            "--appendonly", "no",
+            "--appendonly", "yes" if self.append_only else "no",
             "--daemonize", "no",
             "--logfile", "",
         ]  # fmt: skip
+        if self.append_only:
+            common += ["--appendfsync", "always"]
         last_error = ""
         for _attempt in range(3):
-            if len(os.fsencode(self.socket_path)) < _MAX_SOCKET_PATH_BYTES:
+            if self.port is not None:
+                listen = ["--bind", *self.bind, "--port", str(self.port)]
+                if set(self.bind) - {"127.0.0.1", "::1"}:
+                    # Clients from other addresses, no password: protected mode refuses them.
+                    listen += ["--protected-mode", "no"]
+                url = f"redis://{self.bind[0]}:{self.port}/0"
+            elif len(os.fsencode(self.socket_path)) < _MAX_SOCKET_PATH_BYTES:
                 self.socket_path.unlink(missing_ok=True)
                 listen = ["--port", "0", "--unixsocket", str(self.socket_path)]
                 listen += ["--unixsocketperm", "700"]
@@ -141,9 +160,8 @@ class EmbeddedRedis:
                 port = free_port()
                 listen = ["--bind", "127.0.0.1", "--port", str(port), "--requirepass", password]
                 url = f"redis://:{password}@127.0.0.1:{port}/0"
-            self._proc = spawn(
-                [find_redis_server(), *listen, *common], log=self._log, env=dict(os.environ)
-            )
+            executable = self.executable or find_redis_server()
+            self._proc = spawn([executable, *listen, *common], log=self._log, env=dict(os.environ))
             last_error = self._wait_ready(redis_py_url(url))
             if not last_error:
                 self.url = url
@@ -196,6 +214,13 @@ class EmbeddedRedis:
             return f"no PING reply within {self.ready_timeout_s:g}s"
         finally:
             client.close()
+
+    def kill(self) -> None:
+        """SIGKILL the server, as a crash would (no save, no shutdown), then as ``stop()``."""
+        if self._proc is not None:
+            self._proc.kill()
+            self._proc.wait(timeout=10.0)
+        self.stop()
 
     def stop(self) -> None:
         """Save (when persistent) and stop the server; idempotent."""
