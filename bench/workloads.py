@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from bench import fleet, inprocess, lionagi_mode, roundtrips, tools
+from bench import agent_loops, fleet, inprocess, lionagi_mode, roundtrips, tools
 from bench.celery_app import ECHO, SLEEP_ASYNC, SLEEP_SYNC
 from bench.measure import Result, percentile
 from bench.procs import repo_root
@@ -466,4 +466,7 @@ WORKLOADS: dict[str, Callable[[Context], Iterable[Result]]] = {
     "latency": latency,
     "rss": rss,
     "roundtrips": roundtrips_,
+    # A framework's own tool execution vs its adapter on the fleet (bench/agent_loops.py).
+    "agent-langgraph": agent_loops.workload("langgraph"),
+    "agent-pydantic-ai": agent_loops.workload("pydantic-ai"),
 }
