@@ -30,7 +30,7 @@ from tests.support.fleet import REPO_ROOT, WorkerProcess, start_worker
 from tests.support.otlp_collector import OtlpCollector, ReceivedSpan
 from tests.support.waiting import until, until_async
 from toolfleet.adapters.mcp import BRANCH_META_KEY, CALL_META_KEY
-from toolfleet.cli.children import free_port
+from toolfleet.embedded.processes import free_port
 from toolfleet.dispatcher import Branch, Fleet
 from toolfleet.schemas.keys import Keys
 from toolfleet.schemas.settings import Settings
