@@ -123,8 +123,9 @@ def test_the_one_outage_limit_default_is_settings() -> None:
     assert not hasattr(broker_watch, "OUTAGE_LIMIT_S")
     store = AsyncRecordStore(redis.asyncio.Redis(), Keys(), record_ttl_s=60)
     assert store.outage_limit_s == default
+    no_collector: Any = None  # the watch's defaults are read, it is never started
     watch = broker_watch.BrokerWatch(
-        redis.asyncio.Redis(), None, Keys(), "redis://:pw@h:1/0"  # type: ignore[arg-type]
+        redis.asyncio.Redis(), no_collector, Keys(), "redis://:pw@h:1/0"
     )
     assert watch.outage_limit_s == default
     assert watch.broker_url == "redis://:***@h:1/0"
