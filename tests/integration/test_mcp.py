@@ -54,6 +54,9 @@ def _otel_env(collector: OtlpCollector) -> dict[str, str]:
         "OTEL_TRACES_EXPORTER": "otlp",
         "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": collector.endpoint,
         "OTEL_BSP_SCHEDULE_DELAY": "100",
+        # Whatever tracer an earlier test left in this process (one that samples nothing
+        # sends "not sampled" trace context), the server and workers record every span.
+        "OTEL_TRACES_SAMPLER": "always_on",
     }
 
 
