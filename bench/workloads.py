@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from bench import agent_loops, fleet, inprocess, lionagi_mode, roundtrips, tools
+from bench.agent_openai_agents import run as agent_openai_agents
 from bench.celery_app import ECHO, SLEEP_ASYNC, SLEEP_SYNC
 from bench.measure import Result, percentile
 from bench.procs import repo_root
@@ -466,6 +467,8 @@ WORKLOADS: dict[str, Callable[[Context], Iterable[Result]]] = {
     "latency": latency,
     "rss": rss,
     "roundtrips": roundtrips_,
+    # The OpenAI Agents SDK's own tool execution vs on_fleet (bench/agent_openai_agents.py).
+    "agent-openai-agents": agent_openai_agents,
     # A framework's own tool execution vs its adapter on the fleet (bench/agent_loops.py).
     "agent-langgraph": agent_loops.workload("langgraph"),
     "agent-pydantic-ai": agent_loops.workload("pydantic-ai"),

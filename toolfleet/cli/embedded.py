@@ -28,14 +28,14 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
-from toolfleet.embedded.processes import (
+from toolfleet.cli.children import (
     log_tail,
     raise_system_exit,
     signals_ignored,
     spawn,
     stop_group,
 )
-from toolfleet.embedded.redis_server import (
+from toolfleet.cli.embedded_redis import (
     BROKER_ENV,
     EmbeddedRedis,
     find_redis_server,
