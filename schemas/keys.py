@@ -63,6 +63,11 @@ class Keys:
         announced at start; how a dispatcher without a tool knows what to hide of its call."""
         return f"{self.prefix}:tools:secret_args"
 
+    def monitor(self) -> str:
+        """Hash: worker hostname -> expiry (epoch seconds) of the task-event lease a monitor's
+        ``enable_events`` gave it; while one is live, a monitor watches the fleet."""
+        return f"{self.prefix}:monitor"
+
     def dispatcher(self, dispatcher_id: str) -> str:
         """String with a short TTL: present while the dispatcher ``dispatcher_id`` is alive."""
         return f"{self.prefix}:dispatcher:{dispatcher_id}"

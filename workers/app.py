@@ -16,15 +16,17 @@ from celery import Celery, signals
 from kombu import Exchange, Queue
 
 from toolfleet.schemas.errors import ConfigurationError
+from toolfleet.schemas.keys import Keys
+from toolfleet.schemas.liveness import MonitorWatch
 from toolfleet.schemas.settings import Settings
 from toolfleet.schemas.tasks import EXECUTE_TASK
 from toolfleet.workers.app_info import DEFAULT_BROKER_URL, redis_url_of, registry_of, settings_of
 from toolfleet.workers.app_signals import connect as connect_signal
 from toolfleet.workers.app_signals import detach
 from toolfleet.workers.bundle import register_execute_many_task
-from toolfleet.workers.celery_internals import shadow_named_amqp, survive_broker_restart
+from toolfleet.workers.celery_internals import patch_worker, shadow_named_amqp
 from toolfleet.workers.guard import keep_only_toolfleet_tasks
-from toolfleet.workers.monitor import install_lease, is_watched
+from toolfleet.workers.monitor import is_watched, renew_lease
 from toolfleet.workers.prefork_task import register_execute_task
 from toolfleet.workers.presence import register_presence
 from toolfleet.workers.registry import Registry, registry
@@ -53,8 +55,10 @@ class ToolfleetCelery(Celery):
 
 
 def create_app(settings: Settings, *, registry: Registry = registry) -> Celery:
-    """A new Celery app for ``settings``; each call returns an independent app."""
-    survive_broker_restart()  # a broker restart must not make the worker exit
+    """A new Celery app for ``settings``; each call returns an independent app.
+
+    Creating it changes nothing in Celery or kombu themselves: what a worker patches, it
+    patches when it starts (``worker_init``, :func:`_patch_at_worker_start`)."""
     broker_url = settings.broker_url or DEFAULT_BROKER_URL
     app = ToolfleetCelery("toolfleet", set_as_current=False, amqp=_AMQP)
     app.conf.update(
@@ -88,8 +92,12 @@ def create_app(settings: Settings, *, registry: Registry = registry) -> Celery:
     )
     app.toolfleet_settings = settings
     app.toolfleet_registry = registry
+    # Whether a monitor watches: one cached answer for both of a dispatcher's publishing paths.
+    app.toolfleet_monitor_watch = MonitorWatch(
+        Keys(settings.key_prefix).monitor(), always=settings.task_events == "always"
+    )
 
-    install_lease()
+    _patch_at_worker_start(app)
     register_execute_task(app)
     register_execute_many_task(app)  # opt-in batching
     _load_tools_at_worker_start(app)
@@ -117,6 +125,15 @@ def _transport_options(settings: Settings) -> dict[str, float]:
 
 def _queue(name: str) -> Queue:
     return Queue(name, Exchange(name, type="direct"), routing_key=name)
+
+
+def _patch_at_worker_start(app: Celery) -> None:
+    def patch(sender: Any = None, **_: Any) -> None:
+        # In the worker's own process, before its consumer starts: enable_events renews the
+        # monitor lease, and a broker restart does not make the worker exit.
+        patch_worker(on_enable=renew_lease)
+
+    connect_signal(app, signals.worker_init, patch)
 
 
 def _load_tools_at_worker_start(app: Celery) -> None:

@@ -1,5 +1,5 @@
-"""What a toolfleet Celery app carries: the Settings it was built from, its tool registry, and
-the Redis URL of its broker (where call records are kept).
+"""What a toolfleet Celery app carries: the Settings it was built from, its tool registry, the
+Redis URL of its broker (where call records are kept), and whether a monitor watches its fleet.
 
 A leaf module: the task, pool, monitor and presence modules read an app through it, so none
 of them imports :mod:`toolfleet.workers.app`, which imports them all.
@@ -9,10 +9,17 @@ from __future__ import annotations
 
 from celery import Celery
 
+from toolfleet.schemas.liveness import MonitorWatch
 from toolfleet.schemas.settings import Settings
 from toolfleet.workers.registry import Registry
 
-__all__ = ["DEFAULT_BROKER_URL", "redis_url_of", "registry_of", "settings_of"]
+__all__ = [
+    "DEFAULT_BROKER_URL",
+    "monitor_watch_of",
+    "redis_url_of",
+    "registry_of",
+    "settings_of",
+]
 
 DEFAULT_BROKER_URL = "redis://127.0.0.1:6379/0"
 
@@ -27,6 +34,13 @@ def registry_of(app: Celery) -> Registry:
     """The tool registry an app's workers execute from."""
     reg: Registry = app.toolfleet_registry
     return reg
+
+
+def monitor_watch_of(app: Celery) -> MonitorWatch | None:
+    """Whether a monitor watches ``app``'s fleet, as both publishing paths of a dispatcher
+    ask it (one cached answer per app); None for an app toolfleet did not build."""
+    watch: MonitorWatch | None = getattr(app, "toolfleet_monitor_watch", None)
+    return watch
 
 
 def redis_url_of(app: Celery) -> str:

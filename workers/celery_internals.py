@@ -8,6 +8,11 @@ Celery and fails naming what changed; when it fails, fix the function here, nowh
 What for, in one sentence: a call shows in Flower as ``tool:<function>`` with its own state
 (C10), task events cost nothing while no monitor watches, the asyncio pool reports to
 Celery as the prefork pool does, and a worker survives its broker restarting.
+
+Nothing here changes Celery or kombu when it is imported, or when an app is created: the two
+process-wide patches (the ``enable_events`` remote control command, kombu's Redis channel) are
+applied by :func:`patch_worker` when a worker starts (the ``worker_init`` signal,
+:mod:`toolfleet.workers.app`), in the worker's process only.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from celery import Celery, Task
 from celery.app.amqp import AMQP
 from celery.utils.saferepr import saferepr
 from celery.worker import state as worker_state
-from celery.worker.control import Panel, control_command
+from celery.worker.control import Panel
 from kombu.transport import redis as kombu_redis
 
 __all__ = [
@@ -35,6 +40,7 @@ __all__ = [
     "exception_info",
     "install_enable_events",
     "mark_revoked",
+    "patch_worker",
     "pool_app_and_hostname",
     "report_failure",
     "report_success",
@@ -81,14 +87,14 @@ def shadow_named_amqp(sent_event_wanted: Callable[[Celery], bool]) -> type[AMQP]
 
 # -- the enable_events remote control command --------------------------------------------------
 
-# Celery's own handler, kept before ours replaces it in the (process-global) Panel registry.
-_celery_enable_events = Panel.data["enable_events"]
+# Celery's own handler, kept when ours replaces it in the (process-global) Panel registry.
+_celery_enable_events: Callable[[Any], Any] | None = None
 _on_enable: list[Callable[[Any], None]] = []
 
 
-@control_command(name="enable_events")
 def _enable_events(state: Any) -> Any:
     """Tell worker(s) to send task-related events (for a lease, on toolfleet workers)."""
+    assert _celery_enable_events is not None  # installed with this handler
     reply = _celery_enable_events(state)
     for hook in _on_enable:
         hook(state.consumer)
@@ -98,13 +104,27 @@ def _enable_events(state: Any) -> Any:
 def install_enable_events(on_enable: Callable[[Any], None]) -> None:
     """After Celery's ``enable_events`` turns a worker's task events on, call
     ``on_enable(consumer)``. Idempotent: a hook is installed once, whatever the app count.
+    Patches this process's remote control commands: call it where a worker starts.
 
-    Internal: ``Panel.data`` is Celery's registry of remote control commands; the command's
+    Internal: ``Panel.data`` is Celery's registry of remote control commands (Celery's
+    ``enable_events`` is replaced there, its ``Panel.meta`` entry kept); the command's
     ``state.consumer`` is the worker's Consumer.
     """
+    global _celery_enable_events
     if on_enable not in _on_enable:
         _on_enable.append(on_enable)
-    Panel.data["enable_events"] = _enable_events
+    current = Panel.data["enable_events"]
+    if current is not _enable_events:
+        _celery_enable_events = current
+        Panel.data["enable_events"] = _enable_events
+
+
+def patch_worker(on_enable: Callable[[Any], None]) -> None:
+    """Everything a starting worker process changes in Celery and kombu, once per process:
+    ``on_enable`` runs after each ``enable_events`` (:func:`install_enable_events`), and a
+    broker restart does not make the worker exit (:func:`survive_broker_restart`)."""
+    install_enable_events(on_enable)
+    survive_broker_restart()
 
 
 def task_events_off(consumer: Any) -> bool:

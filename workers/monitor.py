@@ -11,43 +11,45 @@ its task events off again.
 Dispatchers learn about the monitor from the workers: a worker holding a lease records it in
 the hash ``Keys.monitor()`` (hostname → lease expiry, epoch seconds), and the dispatcher sends
 task-sent events only while some lease there is live (:func:`is_watched`, re-read at most once
-a second). ``TOOLFLEET_TASK_EVENTS=always`` keeps every event on, as plain Celery with ``-E``.
+a second: :class:`toolfleet.schemas.liveness.MonitorWatch`, which the dispatcher's direct
+publishing path asks too). ``TOOLFLEET_TASK_EVENTS=always`` keeps every event on, as plain
+Celery with ``-E``.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from typing import Any
 
 import redis
 from celery import Celery
 
-from toolfleet.workers.app_info import redis_url_of, settings_of
-from toolfleet.workers.celery_internals import every, install_enable_events, task_events_off
+from toolfleet.schemas import liveness
+from toolfleet.schemas.keys import Keys
+from toolfleet.schemas.liveness import WATCH_CACHE_S
+from toolfleet.workers.app_info import monitor_watch_of, redis_url_of, settings_of
+from toolfleet.workers.celery_internals import every, task_events_off
 
 __all__ = [
     "CHECK_EVERY_S",
     "WATCH_CACHE_S",
     "MonitorLease",
-    "install_lease",
     "is_watched",
     "live_leases",
     "monitor_key",
+    "renew_lease",
 ]
 
 log = logging.getLogger(__name__)
 
-# How often a dispatcher re-reads the monitor hash (one HGETALL), not once per call.
-WATCH_CACHE_S = 1.0
 # How often a worker holding a lease checks whether it lapsed.
 CHECK_EVERY_S = 1.0
 
 
 def monitor_key(app: Celery) -> str:
     """The hash of live monitor leases for ``app``'s fleet (hostname → expiry, epoch s)."""
-    return settings_of(app).key("monitor")
+    return Keys(settings_of(app).key_prefix).monitor()
 
 
 def _redis_for(app: Celery) -> redis.Redis:
@@ -112,8 +114,9 @@ def _toolfleet_settings(consumer: Any) -> Any:
     return getattr(getattr(consumer, "app", None), "toolfleet_settings", None)
 
 
-def _renew_lease(consumer: Any) -> None:
-    """After Celery's ``enable_events`` ran: take or renew this worker's lease."""
+def renew_lease(consumer: Any) -> None:
+    """After Celery's ``enable_events`` ran: take or renew this worker's lease (the hook a
+    starting worker installs, toolfleet.workers.celery_internals.patch_worker)."""
     settings = _toolfleet_settings(consumer)
     if settings is None or settings.task_events != "monitor":
         return  # another app's worker, or events always on: Celery's behaviour
@@ -123,42 +126,19 @@ def _renew_lease(consumer: Any) -> None:
     lease.renew()
 
 
-def install_lease() -> None:
-    """Make ``enable_events`` renew a lease on toolfleet workers (once per process)."""
-    install_enable_events(_renew_lease)
-
-
 def live_leases(client: redis.Redis, key: str, now_s: float | None = None) -> dict[str, float]:
     """Worker hostname → lease expiry (epoch s) of every lease still live in ``key``."""
-    now_s = time.time() if now_s is None else now_s
-    live: dict[str, float] = {}
-    for host, raw in client.hgetall(key).items():
-        try:
-            expires_at = float(raw)
-        except ValueError:
-            continue
-        if expires_at > now_s:
-            live[host.decode() if isinstance(host, bytes) else str(host)] = expires_at
-    return live
-
-
-_watch_lock = threading.Lock()
+    return liveness.live_leases(client.hgetall(key), now_s)
 
 
 def is_watched(app: Celery) -> bool:
-    """Whether a monitor watches ``app``'s fleet now (dispatcher side, cached WATCH_CACHE_S)."""
-    settings = getattr(app, "toolfleet_settings", None)
-    if settings is None or settings.task_events == "always":
-        return True
-    with _watch_lock:
-        cached: tuple[float, bool] | None = getattr(app, "toolfleet_watched", None)
-        now = time.monotonic()
-        if cached is not None and now - cached[0] < WATCH_CACHE_S:
-            return cached[1]
-        try:
-            watched = bool(live_leases(_redis_for(app), monitor_key(app)))
-        except (redis.RedisError, OSError):
-            # The publish that follows will report the broker; without it, send the event.
-            watched = True
-        app.toolfleet_watched = (now, watched)
-        return watched
+    """Whether a monitor watches ``app``'s fleet now (dispatcher side, cached WATCH_CACHE_S
+    by the app's :class:`~toolfleet.schemas.liveness.MonitorWatch`)."""
+    watch = monitor_watch_of(app)
+    if watch is None:
+        return True  # not a toolfleet app: Celery's behaviour, every event sent
+    try:
+        return watch.read(_redis_for(app))
+    except (redis.RedisError, OSError):
+        # The publish that follows will report the broker; without it, send the event.
+        return watch.remember(True)

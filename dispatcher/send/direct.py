@@ -28,8 +28,6 @@ reads the stored meta before it waits on its channel).
 from __future__ import annotations
 
 import base64
-import threading
-import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
@@ -42,7 +40,7 @@ from kombu.utils.uuid import uuid as delivery_tag
 from toolfleet.schemas.tasks import EXECUTE_TASK, task_id_for
 from toolfleet.schemas.tool import Tool
 from toolfleet.schemas.wire import CallMessage
-from toolfleet.workers.app_info import settings_of
+from toolfleet.workers.app_info import monitor_watch_of
 
 __all__ = [
     "LeadCommands",
@@ -74,10 +72,6 @@ class LeadCommands(Protocol):
 
 
 _DELIVERY_MODE = {"transient": 1, "persistent": 2}
-# toolfleet.workers.monitor.WATCH_CACHE_S: both paths share the app's cached answer
-# (toolfleet_watched).
-_WATCH_CACHE_S = 1.0
-_watch_lock = threading.Lock()
 
 
 def direct_publish_possible(app: Celery) -> bool:
@@ -96,26 +90,11 @@ def direct_publish_possible(app: Celery) -> bool:
 
 
 async def watched(app: Celery, client: aioredis.Redis) -> bool:
-    """:func:`toolfleet.workers.monitor.is_watched` read on the loop's client (the same cache,
-    re-read at most once a second), so the loop never blocks on a synchronous read."""
-    settings = settings_of(app)
-    if settings.task_events == "always":
-        return True
-    now = time.monotonic()
-    cached: tuple[float, bool] | None = getattr(app, "toolfleet_watched", None)
-    if cached is not None and now - cached[0] < _WATCH_CACHE_S:
-        return cached[1]
-    leases = await client.hgetall(settings.key("monitor"))  # toolfleet.workers.monitor.monitor_key
-    wall = time.time()
-    live = False
-    for raw in leases.values():
-        try:
-            live = live or float(raw) > wall
-        except ValueError:
-            continue
-    with _watch_lock:
-        app.toolfleet_watched = (now, live)
-    return live
+    """:func:`toolfleet.workers.monitor.is_watched` read on the loop's client (the app's one
+    :class:`~toolfleet.schemas.liveness.MonitorWatch`, re-read at most once a second), so the
+    loop never blocks on a synchronous read. Raises the client's error when it cannot read."""
+    watch = monitor_watch_of(app)
+    return True if watch is None else await watch.read_async(client)
 
 
 def encode_call(
