@@ -8,7 +8,7 @@ import logging
 import threading
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis.asyncio as aioredis
 from celery import Celery
@@ -35,6 +35,9 @@ from toolfleet.schemas.wire import CallMessage, CallResult
 from toolfleet.workers.app import create_app, redis_url_of
 from toolfleet.workers.registry import Registry
 from toolfleet.workers.registry import registry as default_registry
+
+if TYPE_CHECKING:
+    from toolfleet.embedded.local import LocalFleet
 
 __all__ = ["Fleet", "default_fleet"]
 
@@ -85,6 +88,19 @@ class Fleet:
     def from_env(cls, *, registry: Registry | None = None, **overrides: Any) -> Fleet:
         """A fleet for ``TOOLFLEET_*`` settings; keyword overrides win over the environment."""
         return cls(Settings.from_env(**overrides), registry=registry)
+
+    @classmethod
+    def embedded(
+        cls, tools: Iterable[Any] = (), *, persist: bool = False, **settings: Any
+    ) -> LocalFleet[Fleet]:
+        """A private local fleet for a ``with`` (or ``async with``) block: a Redis of its own
+        and one sync and one async worker, stopped when the block ends. ``tools``: module
+        names, modules or ``@tool`` functions defined in a module (not ``__main__``);
+        ``settings``: other Settings fields; ``persist`` keeps its Redis data for the next
+        embedded run (as ``toolfleet demo`` does)."""
+        from toolfleet.embedded.local import LocalFleet
+
+        return LocalFleet(cls, tools, persist=persist, **settings)
 
     def tool(self, function: str) -> Tool:
         """The registered tool named ``function``; UnknownToolError if there is none."""

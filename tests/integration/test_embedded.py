@@ -21,7 +21,7 @@ from tests.support.cli_support import REPO_ROOT, cli_env
 from tests.support.waiting import until
 from toolfleet.cli.batch_file import BatchLine
 from toolfleet.cli.batch_runner import run_batch
-from toolfleet.cli.embedded import EmbeddedFleet, EmbeddedRedis, live_fleets, resolve_fleet
+from toolfleet.embedded import EmbeddedFleet, EmbeddedRedis, live_fleets, resolve_fleet
 from toolfleet.schemas.errors import EmbeddedStartError
 from toolfleet.schemas.settings import Settings
 
@@ -60,7 +60,8 @@ def test_embedded_fleet_runs_calls_and_stops_every_process(tmp_path: Path) -> No
     fleet = EmbeddedFleet(tools=["tests.support.sample_tools"], base=base)
     with fleet as settings:
         assert not stale.exists()
-        assert settings.broker_url == f"redis+socket://{fleet.run_dir}/redis.sock"
+        assert settings.broker_url == f"redis+socket://{fleet.redis.socket_path}"
+        assert fleet.redis.socket_path.parent == fleet.run_dir
         assert settings.tools == ("tests.support.sample_tools",)
         assert redis.Redis(unix_socket_path=str(fleet.redis.socket_path)).ping()
         assert stat.S_IMODE(fleet.redis.socket_path.stat().st_mode) == 0o700
@@ -127,7 +128,7 @@ def test_resolve_fleet_uses_the_external_broker_when_set(redis_url: str) -> None
 _STARTER = textwrap.dedent(
     """
     import sys, time
-    from toolfleet.cli.embedded import EmbeddedFleet
+    from toolfleet.embedded import EmbeddedFleet
     from toolfleet.schemas.settings import Settings
     fleet = EmbeddedFleet(tools=["tests.support.sample_tools"], base=Settings(run_dir=sys.argv[1]))
     fleet.start()

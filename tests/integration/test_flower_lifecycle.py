@@ -19,7 +19,7 @@ import pytest
 from tests.support.flower import http_get, start_flower, stop_flower
 from tests.support.redis_server import PrivateRedis
 from toolfleet.cli import EXIT_USAGE
-from toolfleet.cli.children import free_port
+from toolfleet.embedded.processes import free_port
 
 pytestmark = pytest.mark.slow
 

@@ -22,6 +22,8 @@ import tests.support.sample_tools  # noqa: F401  (registers the echo tool)
 from tests.support.fleet import make_call
 from tests.support.internals_support import change_message
 from tests.support.redis_server import PrivateRedis
+from toolfleet.cli.broker_probe import queue_depths
+from toolfleet.embedded.redis_server import purge_queues
 from toolfleet.dispatcher.send.direct import direct_publish_possible, encode_call, publish_direct
 from toolfleet.dispatcher.send.enqueue import publish_calls, send_options
 from toolfleet.dispatcher.send.kombu_internals import (
@@ -31,10 +33,8 @@ from toolfleet.dispatcher.send.kombu_internals import (
     UNACKED_INDEX_KEY,
     UNACKED_KEY,
     UNACKED_MUTEX_KEY,
-    count_queued,
     count_reserved,
     decode_message,
-    drop_every_message,
     queue_lists,
     read_queued_and_reserved,
     split_queued_and_reserved,
@@ -103,12 +103,20 @@ def test_each_priority_of_a_queue_lands_in_its_list(redis_url: str, queue: str) 
                 f"one message of each priority {PRIORITY_STEPS} landed {where} over {lists}"
             )
             their_count = Queue(queue, channel=channel).queue_declare().message_count
-            assert count_queued(client, queue) == their_count == len(lists), changed(
-                f"kombu counts {their_count} messages on the queue, we count "
-                f"{count_queued(client, queue)}"
+            assert their_count == len(lists), changed(
+                f"kombu counts {their_count} messages on the queue, not one per list of {lists}"
             )
         finally:
             client.close()
+    # toolfleet status asks kombu (a passive queue_declare), every priority counted.
+    app = create_app(Settings(broker_url=redis_url))
+    try:
+        assert queue_depths(app, [queue, f"{queue}-empty"]) == {
+            queue: len(lists),
+            f"{queue}-empty": 0,
+        }
+    finally:
+        app.close()
 
 
 def _publish_a_call(redis_url: str, queue: str) -> str:
@@ -145,7 +153,7 @@ def test_a_published_call_is_a_json_message_whose_headers_and_body_decode(
     )
     assert body[0][0]["call_id"] == call_id, changed(f"the body's args are {body[0]}")
     assert call_ids_of(raw) == {call_id}
-    assert count_queued(redis_client, queue) == 1
+    assert redis_client.llen(queue) == 1
 
 
 @pytest.mark.parametrize(
@@ -269,8 +277,10 @@ def test_read_queued_and_reserved_sees_every_priority(redis_url: str, queue: str
         split_queued_and_reserved([[], []], [queue])
 
 
-def test_drop_every_message_leaves_no_queued_or_reserved_message() -> None:
-    # Its own Redis: dropping the unacked hash of the session's DB would drop other tests'.
+def test_purge_queues_leaves_no_queued_or_reserved_message() -> None:
+    # An interrupted embedded fleet's leftovers: kombu purges the queues
+    # (app.control.purge), drop_reservations the unacked hash. Its own Redis: dropping the
+    # unacked hash of the session's DB would drop other tests'.
     broker = PrivateRedis()
     broker.start()
     queue = "test-kombu-drop"
@@ -285,16 +295,17 @@ def test_drop_every_message_leaves_no_queued_or_reserved_message() -> None:
             assert channel.basic_get(queue, no_ack=False) is not None
             client = broker.client()
             try:
-                assert (count_queued(client, queue), count_reserved(client)) == (2, 1)
+                queued = sum(int(client.llen(name)) for name in queue_lists(queue))
+                assert (queued, count_reserved(client)) == (2, 1)
                 assert client.exists(UNACKED_INDEX_KEY)
-                drop_every_message(client, [queue])
+                purge_queues(broker.url, Settings(broker_url=broker.url, sync_queue=queue))
                 left = sorted(
                     name
                     for key in client.scan_iter()
-                    # kombu's record of a queue's binding, not a message
-                    if not (name := key.decode(errors="replace")).startswith("_kombu.binding.")
+                    # kombu's records of a queue's bindings, not messages
+                    if not (name := key.decode(errors="replace")).startswith("_kombu.binding")
                 )
-                assert left == [], f"drop_every_message left {left}"
+                assert left == [], f"purge_queues left {left}"
                 assert Queue(queue, channel=channel).queue_declare().message_count == 0
             finally:
                 client.close()

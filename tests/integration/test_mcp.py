@@ -30,7 +30,7 @@ from tests.support.fleet import REPO_ROOT, WorkerProcess, start_worker
 from tests.support.otlp_collector import OtlpCollector, ReceivedSpan
 from tests.support.waiting import until, until_async
 from toolfleet.adapters.mcp import BRANCH_META_KEY, CALL_META_KEY
-from toolfleet.cli.children import free_port
+from toolfleet.embedded.processes import free_port
 from toolfleet.dispatcher import Branch, Fleet
 from toolfleet.schemas.keys import Keys
 from toolfleet.schemas.settings import Settings
@@ -54,6 +54,9 @@ def _otel_env(collector: OtlpCollector) -> dict[str, str]:
         "OTEL_TRACES_EXPORTER": "otlp",
         "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": collector.endpoint,
         "OTEL_BSP_SCHEDULE_DELAY": "100",
+        # Whatever tracer an earlier test left in this process (one that samples nothing
+        # sends "not sampled" trace context), the server and workers record every span.
+        "OTEL_TRACES_SAMPLER": "always_on",
     }
 
 

@@ -4,6 +4,7 @@ dispatcher module, and nothing in a user's working directory shadows toolfleet."
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -31,9 +32,17 @@ def test_the_public_face_names_resolve_and_match_all() -> None:
 
 
 def test_the_wheel_installs_toolfleet_alone(tmp_path: Path) -> None:
+    # Built from a copy: pip builds in the source tree, which must stay clean (no build/).
+    source = tmp_path / "source"
+    shutil.copytree(
+        REPO_ROOT, source, symlinks=True,
+        ignore=shutil.ignore_patterns(
+            ".git", ".venv", "build", "*.egg-info", "__pycache__", ".*_cache", ".toolfleet"
+        ),
+    )  # fmt: skip
     built = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-         "-w", str(tmp_path), str(REPO_ROOT)],
+         "-w", str(tmp_path), str(source)],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert built.returncode == 0, built.stdout + built.stderr
@@ -139,7 +148,15 @@ def test_worker_and_act_from_a_directory_that_holds_schemas_dispatcher_and_worke
 ) -> None:
     home = tmp_path / "home"
     home.mkdir()
-    env = _user_env(home, TOOLFLEET_BROKER_URL=redis_url)
+    # Queues of its own: the session's shared workers (which lack this tool) must not take
+    # its call.
+    queue = f"shadow-{os.getpid()}"
+    env = _user_env(
+        home,
+        TOOLFLEET_BROKER_URL=redis_url,
+        TOOLFLEET_SYNC_QUEUE=f"{queue}.sync",
+        TOOLFLEET_ASYNC_QUEUE=f"{queue}.async",
+    )
     (user_project / "agent.py").write_text(
         textwrap.dedent(
             """

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -24,29 +23,12 @@ from anthropic.types import ToolParam
 from openai.types.chat import ChatCompletionToolParam
 from pydantic import TypeAdapter
 
+from tests.support.doc_code import doc_blocks, printed_files
 from tests.support.fleet import REPO_ROOT, WorkerProcess, start_worker
 from tests.support.readme_fakes import CALLS
 from tests.support.redis_server import PrivateRedis
 
-_BLOCK = re.compile(r"```python\n(# (\S+\.py)[^\n]*\n.*?)```", re.DOTALL)
 TOOL_NAMES = ["divide", "fetch", "whoami", "word_count"]
-
-
-DOCUMENTS = ("README.md", "docs/agent-ecosystem.md")
-
-
-def doc_blocks(document: str) -> dict[str, str]:
-    """The python blocks of ``document`` that open with ``# <file>.py``, by file name."""
-    text = (REPO_ROOT / document).read_text(encoding="utf-8")
-    return {match.group(2): match.group(1) for match in _BLOCK.finditer(text)}
-
-
-def printed_files() -> dict[str, str]:
-    """Every file the documents print, by file name."""
-    files: dict[str, str] = {}
-    for document in DOCUMENTS:
-        files.update(doc_blocks(document))
-    return files
 
 
 @pytest.fixture(scope="module")

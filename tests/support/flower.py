@@ -22,7 +22,7 @@ import redis
 
 from tests.support.fleet import WorkerProcess
 from tests.support.waiting import until
-from toolfleet.cli.children import free_port
+from toolfleet.embedded.processes import free_port
 from toolfleet.schemas.settings import Settings
 from toolfleet.workers.monitor import live_leases
 

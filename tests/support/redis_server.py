@@ -18,8 +18,8 @@ from pathlib import Path
 
 import redis
 
-from toolfleet.cli.children import free_port
-from toolfleet.cli.embedded_redis import EmbeddedRedis
+from toolfleet.embedded.processes import free_port
+from toolfleet.embedded.redis_server import EmbeddedRedis
 
 __all__ = ["PrivateRedis"]
 

@@ -17,6 +17,7 @@ PARTS = {
     "toolfleet.workers": ROOT / "workers",
     "toolfleet.cli": ROOT / "toolfleet" / "cli",
     "toolfleet.adapters": ROOT / "toolfleet" / "adapters",
+    "toolfleet.embedded": ROOT / "toolfleet" / "embedded",
 }
 MAX_LINES = 400
 # What the dispatcher may import from workers/: what creates the app (app; app_info holds its

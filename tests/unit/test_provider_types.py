@@ -11,6 +11,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+from tests.support.doc_code import printed_files
+
 ROOT = Path(__file__).resolve().parents[2]
 
 # Three loops as a user writes them with the SDKs' types, plus the type of each format.
@@ -207,3 +209,35 @@ def test_toolfleet_renders_and_builds_specs_without_the_sdks() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "ok"
+
+
+# The loops the documentation prints, with the tools they import; each types its message list
+# with its SDK's own type.
+DOCUMENTED_LOOPS = ("mytools.py", "agent_openai.py", "agent_anthropic.py", "agent_responses.py")
+DOCS_CONFIG = """
+[mypy]
+python_version = 3.11
+check_untyped_defs = True
+warn_unused_ignores = True
+mypy_path = {root}
+
+[mypy-toolfleet.*]
+follow_imports = silent
+"""
+
+
+def test_the_documented_loops_type_check(tmp_path: Path) -> None:
+    files = printed_files()
+    assert set(DOCUMENTED_LOOPS) <= set(files), sorted(files)
+    assert "list[ChatCompletionMessageParam]" in files["agent_openai.py"]
+    assert "list[MessageParam]" in files["agent_anthropic.py"]
+    assert "ResponseInputParam" in files["agent_responses.py"]
+    for name in DOCUMENTED_LOOPS:
+        (tmp_path / name).write_text(files[name])
+    (tmp_path / "mypy.ini").write_text(DOCS_CONFIG.format(root=ROOT))
+    checked = subprocess.run(
+        [sys.executable, "-m", "mypy", "--config-file", "mypy.ini",
+         "--cache-dir", str(tmp_path / "cache"), *DOCUMENTED_LOOPS],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert checked.returncode == 0, checked.stdout + checked.stderr

@@ -71,7 +71,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
 @contextlib.contextmanager
 def _fleet_settings(*, start_saved: bool) -> Iterator[tuple[Settings, str]]:
     """Settings with a broker URL, and a description of where it came from."""
-    from toolfleet.cli.embedded import EmbeddedRedis, live_fleets, run_dir
+    from toolfleet.embedded import EmbeddedRedis, live_fleets, run_dir
 
     settings = Settings.from_env()
     if settings.broker_url:

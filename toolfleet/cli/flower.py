@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from toolfleet.cli.broker_probe import check_reachable
-from toolfleet.cli.embedded import live_fleets, run_dir
 from toolfleet.cli.flower_internals import FlowerServer, ToolTask, track_calls
+from toolfleet.embedded import live_fleets, run_dir
 from toolfleet.schemas.errors import ConfigurationError
 from toolfleet.schemas.settings import ENV_PREFIX, Settings, masked_url
 

@@ -95,7 +95,7 @@ def _find_history(branch_id: str) -> tuple[list[Any], list[EventRecord], list[st
     """The branch's messages and events from the first store that has them, and every store
     looked in: TOOLFLEET_BROKER_URL, else each embedded fleet running now and each one's
     saved data (embedded runs at the same time keep theirs apart)."""
-    from toolfleet.cli.embedded import EmbeddedRedis, live_fleets, run_dir, saved_data_dirs
+    from toolfleet.embedded import EmbeddedRedis, live_fleets, run_dir, saved_data_dirs
 
     settings = Settings.from_env()
     if settings.broker_url:

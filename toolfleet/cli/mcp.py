@@ -132,7 +132,7 @@ def _serve_command(args: argparse.Namespace) -> int:
 
     if args.transport == "http":
         _check_port_free(args.host, args.port)  # before any fleet starts
-    from toolfleet.cli.embedded import resolve_fleet
+    from toolfleet.embedded import resolve_fleet
     from toolfleet.schemas import tracing
 
     tracing.configure_from_env("toolfleet-mcp", console=sys.stderr if protocol else None)

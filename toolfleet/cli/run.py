@@ -296,7 +296,7 @@ def _execute(
     on_record: Any = None,
 ) -> tuple[str, list[CallRecord], float]:
     from toolfleet.cli.batch_runner import run_batch
-    from toolfleet.cli.embedded import EmbeddedFleet, resolve_fleet
+    from toolfleet.embedded import EmbeddedFleet, resolve_fleet
     from toolfleet.schemas.settings import Settings
 
     if embedded_only:

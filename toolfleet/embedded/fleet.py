@@ -28,14 +28,14 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
-from toolfleet.cli.children import (
+from toolfleet.embedded.processes import (
     log_tail,
     raise_system_exit,
     signals_ignored,
     spawn,
     stop_group,
 )
-from toolfleet.cli.embedded_redis import (
+from toolfleet.embedded.redis_server import (
     BROKER_ENV,
     EmbeddedRedis,
     find_redis_server,

@@ -21,8 +21,8 @@ from typing import IO
 
 import redis
 
-from toolfleet.cli.children import free_port, log_tail, spawn, stop_group
-from toolfleet.dispatcher.send.kombu_internals import drop_every_message
+from toolfleet.dispatcher.send.kombu_internals import drop_reservations
+from toolfleet.embedded.processes import free_port, log_tail, spawn, stop_group
 from toolfleet.schemas.errors import ConfigurationError, EmbeddedStartError
 from toolfleet.schemas.settings import ENV_PREFIX, Settings
 
@@ -76,7 +76,7 @@ def find_redis_server() -> str:
 @dataclass
 class EmbeddedRedis:
     """A private redis-server on a Unix socket in ``run_dir`` (mode 0700: only this user can
-    connect), which Celery reaches as ``redis+socket:///<run_dir>/redis.sock``.
+    connect), which Celery reaches as ``redis+socket:///<run_dir>/redis-<random>.sock``.
 
     When the socket path is too long for the kernel (about 107 bytes) it listens on a free
     127.0.0.1 port instead, protected by a random password. With a ``data_dir`` the data is
@@ -108,6 +108,10 @@ class EmbeddedRedis:
     _proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
     _lock_fd: int | None = field(default=None, repr=False)
     _log: IO[bytes] | None = field(default=None, repr=False)
+    # Each server gets a socket name of its own: kombu pools connections per broker URL for
+    # the whole process, so a second embedded fleet of one process on the same path would be
+    # handed the first one's dead connections.
+    _socket_name: str = field(default_factory=lambda: f"redis-{secrets.token_hex(4)}.sock")
 
     @property
     def log_path(self) -> Path:
@@ -119,7 +123,7 @@ class EmbeddedRedis:
 
     @property
     def socket_path(self) -> Path:
-        return self.run_dir / "redis.sock"
+        return self.run_dir / self._socket_name
 
     @property
     def client_url(self) -> str:
@@ -268,8 +272,15 @@ def redis_py_url(url: str) -> str:
 
 def purge_queues(url: str, settings: Settings) -> None:
     """Drop calls left queued or unacked by an interrupted earlier run: their caller is gone."""
+    from toolfleet.workers.app import create_app
+
+    app = create_app(settings.model_copy(update={"broker_url": url}))
+    try:
+        app.control.purge()  # what waits on the fleet's queues, through kombu
+    finally:
+        app.close()
     client = redis.Redis.from_url(redis_py_url(url))
     try:
-        drop_every_message(client, (settings.sync_queue, settings.async_queue))
+        drop_reservations(client)  # what workers had reserved: kombu's API has no purge for it
     finally:
         client.close()
