@@ -16,8 +16,8 @@ from celery.events.state import State
 from tests.support.flower import FlowerProcess, http_get, start_flower, stop_flower
 from toolfleet.cli import EXIT_USAGE
 from toolfleet.cli import flower as flower_cli
-from toolfleet.embedded.processes import free_port
 from toolfleet.cli.flower import STATE_FILE_NAME, flower_argv
+from toolfleet.embedded.processes import free_port
 from toolfleet.schemas.errors import ConfigurationError
 from toolfleet.schemas.settings import masked_url
 

@@ -23,7 +23,6 @@ from tests.support.fleet import make_call
 from tests.support.internals_support import change_message
 from tests.support.redis_server import PrivateRedis
 from toolfleet.cli.broker_probe import queue_depths
-from toolfleet.embedded.redis_server import purge_queues
 from toolfleet.dispatcher.send.direct import direct_publish_possible, encode_call, publish_direct
 from toolfleet.dispatcher.send.enqueue import publish_calls, send_options
 from toolfleet.dispatcher.send.kombu_internals import (
@@ -40,6 +39,7 @@ from toolfleet.dispatcher.send.kombu_internals import (
     split_queued_and_reserved,
 )
 from toolfleet.dispatcher.watch.whereabouts import call_ids_of
+from toolfleet.embedded.redis_server import purge_queues
 from toolfleet.schemas.settings import Settings
 from toolfleet.schemas.tasks import EXECUTE_TASK
 from toolfleet.workers.app import create_app

@@ -30,8 +30,8 @@ from tests.support.fleet import REPO_ROOT, WorkerProcess, start_worker
 from tests.support.otlp_collector import OtlpCollector, ReceivedSpan
 from tests.support.waiting import until, until_async
 from toolfleet.adapters.mcp import BRANCH_META_KEY, CALL_META_KEY
-from toolfleet.embedded.processes import free_port
 from toolfleet.dispatcher import Branch, Fleet
+from toolfleet.embedded.processes import free_port
 from toolfleet.schemas.keys import Keys
 from toolfleet.schemas.settings import Settings
 from toolfleet.schemas.status import EventStatus

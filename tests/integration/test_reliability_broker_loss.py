@@ -19,10 +19,10 @@ import redis.asyncio as aioredis
 from tests.support.fleet import WorkerProcess, assert_linked_pairs, call, start_worker
 from tests.support.redis_server import PrivateRedis
 from tests.support.waiting import until_async
-from toolfleet.embedded.processes import free_port
 from toolfleet.dispatcher import Branch, Fleet
 from toolfleet.dispatcher.watch.broker_watch import BrokerWatch
 from toolfleet.dispatcher.watch.collector import Collector
+from toolfleet.embedded.processes import free_port
 from toolfleet.schemas.action import ActionResponseModel, CallParams
 from toolfleet.schemas.errors import BrokerError
 from toolfleet.schemas.keys import Keys
