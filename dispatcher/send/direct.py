@@ -4,11 +4,11 @@ kombu's producers block and are not thread-safe, so the dispatcher publishes thr
 its publishing thread: every publish is a hop to that thread and back, on top of the round trip.
 A call's message is nothing kombu-specific once written, though: kombu's Redis transport
 LPUSHes a JSON object onto the list named like the queue. Here the dispatcher writes the same
-object on its asyncio client — Celery's own task message (``AMQP.as_task_v2``: the same
-headers, properties and body ``send_task`` makes), serialized by kombu's registry, wrapped as
-kombu's Redis channel wraps it (``prepare_message``, ``_inplace_augment_message``) — so the
-workers, ``toolfleet status`` and the reconciler see exactly what kombu would have sent.
-``tests/test_kombu_internals.py`` publishes one call both ways and compares the two.
+object on its asyncio client, built as Celery and kombu build it
+(:func:`toolfleet.dispatcher.send.kombu_internals.task_message_json`, where every internal it
+leans on is kept), so the workers, ``toolfleet status`` and the reconciler see exactly what
+kombu would have sent. ``tests/integration/test_kombu_internals.py`` publishes one call both
+ways and compares the two.
 
 Because the message goes through a pipeline of the dispatcher's own client, commands that must
 reach Redis before it (the batch journal, :mod:`toolfleet.dispatcher.history.journal`) ride in front
@@ -27,16 +27,13 @@ reads the stored meta before it waits on its channel).
 
 from __future__ import annotations
 
-import base64
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import redis.asyncio as aioredis
 from celery import Celery, signals
-from kombu.serialization import dumps as kombu_serialize
-from kombu.utils.json import dumps as kombu_json
-from kombu.utils.uuid import uuid as delivery_tag
 
+from toolfleet.dispatcher.send.kombu_internals import task_message_json
 from toolfleet.schemas.tasks import EXECUTE_TASK, task_id_for
 from toolfleet.schemas.tool import Tool
 from toolfleet.schemas.wire import CallMessage
@@ -71,9 +68,6 @@ class LeadCommands(Protocol):
     async def send_alone(self, client: aioredis.Redis) -> None: ...
 
 
-_DELIVERY_MODE = {"transient": 1, "persistent": 2}
-
-
 def direct_publish_possible(app: Celery) -> bool:
     """Whether a call's message may skip kombu's producer (see the module docstring)."""
     conf = app.conf
@@ -103,46 +97,9 @@ def encode_call(
     """The JSON kombu's Redis transport would LPUSH onto ``queue`` for
     ``send_task(EXECUTE_TASK, ..., queue=queue, **options)`` (``options``:
     :func:`toolfleet.dispatcher.send.enqueue.send_options`)."""
-    options = dict(options)
-    headers = options.pop("headers", None) or {}
-    task_id = task_id_for(message)
-    task = app.amqp.as_task_v2(
-        task_id,
-        EXECUTE_TASK,
-        (message.model_dump(mode="json"),),
-        {},
-        reply_to=app.thread_oid,
-        time_limit=options.pop("time_limit", None),
-        soft_time_limit=options.pop("soft_time_limit", None),
-        create_sent_event=False,
-        ignore_result=None,  # what send_task passes when the caller sets none
-        shadow=options.pop("shadow"),
-        argsrepr=options["argsrepr"],
-        kwargsrepr=options["kwargsrepr"],
+    return task_message_json(
+        app, task_id_for(message), EXECUTE_TASK, (message.model_dump(mode="json"),), queue, options
     )
-    message_headers = task.headers
-    message_headers.update(headers)
-    properties = task.properties
-    properties.update(options)  # argsrepr, kwargsrepr: send_task leaves them there too
-    conf = app.conf
-    properties["delivery_mode"] = _DELIVERY_MODE.get(
-        conf.task_default_delivery_mode, conf.task_default_delivery_mode
-    )
-    content_type, content_encoding, body = kombu_serialize(task.body, serializer="json")
-    raw = body.encode(content_encoding) if isinstance(body, str) else body
-    properties["delivery_info"] = {}
-    properties["priority"] = 0
-    properties["body_encoding"] = "base64"
-    properties["delivery_tag"] = delivery_tag()
-    properties["delivery_info"].update(exchange="", routing_key=queue)
-    wrapped = {
-        "body": base64.b64encode(raw).decode("ascii"),
-        "content-encoding": content_encoding,
-        "content-type": content_type,
-        "headers": message_headers,
-        "properties": properties,
-    }
-    return str(kombu_json(wrapped))
 
 
 async def publish_direct(
@@ -157,10 +114,11 @@ async def publish_direct(
     async with client.pipeline(transaction=False) as pipe:
         for step in before:
             step(pipe)
-        ahead = len(pipe.command_stack)
         for queue, payload in encoded:
             pipe.lpush(queue, payload)
         replies = await pipe.execute(raise_on_error=False)
+    # One reply per command, in order: the LPUSHes' are the last ones.
+    ahead = len(replies) - len(encoded)
     for reply in replies[ahead:]:
         if isinstance(reply, Exception):
             raise reply

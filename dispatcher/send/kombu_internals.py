@@ -1,9 +1,12 @@
-"""Everything the dispatcher reads of kombu's Redis transport beyond its documented API.
+"""Everything the dispatcher reads of kombu's Redis transport beyond its documented API, and
+the one message it writes past kombu's producer.
 
 Written against kombu 5.7.0 (Celery 5.7.0, redis-py 8.1.0). kombu documents how to publish and
 consume, not where its Redis transport keeps a message; the dispatcher needs the latter to say
-where a call is (:mod:`toolfleet.dispatcher.watch.whereabouts`), to count what waits
-(``toolfleet status``) and to drop what an interrupted embedded fleet left behind.
+where a call is (:mod:`toolfleet.dispatcher.watch.whereabouts`), to count what workers hold
+reserved (``toolfleet status``) and to drop the reservations an interrupted embedded fleet left
+behind. What kombu's API does tell (a queue's depth: a passive ``queue_declare``; dropping the
+queued messages: ``app.control.purge``) is asked through it, not here.
 ``tests/test_kombu_internals.py`` checks every key name and payload shape here against the installed
 kombu, through a real publish to a real Redis, and fails naming what changed; when it fails, fix
 this module, nowhere else. The workers' and Flower's counterparts are
@@ -21,17 +24,26 @@ and the default ``priority_steps``: toolfleet sets neither):
   ``unacked_mutex`` guards kombu's sweep of overdue ones back to their queue.
 - **a message**: a JSON object with ``headers`` (Celery's ``id`` and ``task``), ``properties``
   (``body_encoding``, ``base64`` by default) and ``body``, the encoded Celery body.
+
+The direct publishing path (:mod:`toolfleet.dispatcher.send.direct`) LPUSHes a call's message on
+the dispatcher's own asyncio client; :func:`task_message_json` writes that message as Celery and
+kombu would (``AMQP.as_task_v2``'s private ``task_message``, kombu's serializer registry, the
+Redis channel's ``prepare_message`` and ``_inplace_augment_message``).
 """
 
 from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import redis
+from celery import Celery
+from kombu.serialization import dumps as kombu_serialize
+from kombu.utils.json import dumps as kombu_json
+from kombu.utils.uuid import uuid as delivery_tag
 from redis.asyncio.client import Pipeline
 
 __all__ = [
@@ -42,13 +54,13 @@ __all__ = [
     "UNACKED_KEY",
     "UNACKED_MUTEX_KEY",
     "KombuMessage",
-    "count_queued",
     "count_reserved",
     "decode_message",
-    "drop_every_message",
+    "drop_reservations",
     "queue_lists",
     "read_queued_and_reserved",
     "split_queued_and_reserved",
+    "task_message_json",
 ]
 
 KOMBU_WRITTEN_AGAINST = "5.7.0"
@@ -69,26 +81,16 @@ def queue_lists(queue: str) -> list[str]:
     return [queue if step == 0 else f"{queue}{PRIORITY_SEPARATOR}{step}" for step in PRIORITY_STEPS]
 
 
-def count_queued(client: redis.Redis, queue: str) -> int:
-    """How many messages wait on ``queue`` (every priority), not yet taken by a worker."""
-    with client.pipeline(transaction=False) as pipe:
-        for name in queue_lists(queue):
-            pipe.llen(name)
-        return sum(int(size) for size in pipe.execute())
-
-
 def count_reserved(client: redis.Redis) -> int:
     """How many messages workers hold reserved and have not acknowledged (every queue)."""
     return int(client.hlen(UNACKED_KEY))
 
 
-def drop_every_message(client: redis.Redis, queues: Iterable[str]) -> None:
-    """Delete every message waiting on ``queues`` and every reservation of any worker.
-
-    Only for a broker no worker or caller uses any more (an interrupted embedded fleet's).
-    """
-    doomed = [name for queue in queues for name in queue_lists(queue)]
-    client.delete(*doomed, UNACKED_KEY, UNACKED_INDEX_KEY, UNACKED_MUTEX_KEY)
+def drop_reservations(client: redis.Redis) -> None:
+    """Delete every reservation of any worker (``app.control.purge`` drops only what waits in
+    the queues). Only for a broker no worker or caller uses any more (an interrupted embedded
+    fleet's)."""
+    client.delete(UNACKED_KEY, UNACKED_INDEX_KEY, UNACKED_MUTEX_KEY)
 
 
 def read_queued_and_reserved(pipe: Pipeline, queues: Sequence[str]) -> None:
@@ -167,3 +169,63 @@ def decode_message(raw: bytes | str) -> KombuMessage | None:
     if not isinstance(headers, dict) or not isinstance(properties, dict):
         return None
     return KombuMessage(headers=headers, properties=properties, raw_body=payload.get("body"))
+
+
+# Celery's task_default_delivery_mode names, as kombu's Message turns them into numbers.
+_DELIVERY_MODE = {"transient": 1, "persistent": 2}
+
+
+def task_message_json(
+    app: Celery,
+    task_id: str,
+    task_name: str,
+    args: tuple[Any, ...],
+    queue: str,
+    options: dict[str, Any],
+) -> str:
+    """The JSON kombu's Redis transport LPUSHes onto ``queue`` for ``app.send_task(task_name,
+    args=args, task_id=task_id, queue=queue, **options)``, the delivery tag and ``reply_to``
+    (per publish) aside. ``options``: ``shadow``, ``argsrepr``, ``kwargsrepr``, ``headers`` and
+    the time limits, as :func:`toolfleet.dispatcher.send.enqueue.send_options` makes them; for
+    an app whose transport and serializer :func:`toolfleet.dispatcher.send.direct.
+    direct_publish_possible` accepts."""
+    options = dict(options)
+    headers = options.pop("headers", None) or {}
+    task = app.amqp.as_task_v2(
+        task_id,
+        task_name,
+        args,
+        {},
+        reply_to=app.thread_oid,
+        time_limit=options.pop("time_limit", None),
+        soft_time_limit=options.pop("soft_time_limit", None),
+        create_sent_event=False,
+        ignore_result=None,  # what send_task passes when the caller sets none
+        shadow=options.pop("shadow"),
+        argsrepr=options["argsrepr"],
+        kwargsrepr=options["kwargsrepr"],
+    )
+    message_headers = task.headers
+    message_headers.update(headers)
+    properties = task.properties
+    properties.update(options)  # argsrepr, kwargsrepr: send_task leaves them there too
+    conf = app.conf
+    properties["delivery_mode"] = _DELIVERY_MODE.get(
+        conf.task_default_delivery_mode, conf.task_default_delivery_mode
+    )
+    content_type, content_encoding, body = kombu_serialize(task.body, serializer="json")
+    raw = body.encode(content_encoding) if isinstance(body, str) else body
+    # The Redis channel's prepare_message and _inplace_augment_message.
+    properties["delivery_info"] = {}
+    properties["priority"] = 0
+    properties["body_encoding"] = "base64"
+    properties["delivery_tag"] = delivery_tag()
+    properties["delivery_info"].update(exchange="", routing_key=queue)
+    wrapped = {
+        "body": base64.b64encode(raw).decode("ascii"),
+        "content-encoding": content_encoding,
+        "content-type": content_type,
+        "headers": message_headers,
+        "properties": properties,
+    }
+    return str(kombu_json(wrapped))
