@@ -3,12 +3,13 @@
 
 from __future__ import annotations
 
+import os
 import socket
 from pathlib import Path
 
 import pytest
 
-from tests.support.cli_support import toolfleet
+from tests.support.cli_support import REPO_ROOT, toolfleet
 
 COMMANDS = {
     "run": ("run", "calls.jsonl", "--tools", "tests.support.sample_tools"),
@@ -63,7 +64,7 @@ def test_a_bad_setting_is_one_line_and_exit_2_on_every_command(
     assert not (tmp_path / ".toolfleet").exists()
 
 
-@pytest.mark.parametrize("command", ["worker", "flower"])
+@pytest.mark.parametrize("command", ["worker", "flower", "recover", "status", "history"])
 def test_a_broker_that_does_not_answer_is_one_line_and_exit_2(command: str, tmp_path: Path) -> None:
     for url in ("redis://:pw@127.0.0.1:1/0", "redis://nosuchhost.invalid:6379/0"):
         env = {"TOOLFLEET_BROKER_URL": url}
@@ -86,3 +87,36 @@ def test_a_busy_port_is_one_line_naming_it(command: str, tmp_path: Path, redis_u
     line = proc.stderr.strip().splitlines()[-1]
     assert f"--port {port}" in line and "pass a free --port" in line, proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+BROKEN_MODULES = {
+    "broken_syntax": ("def oops(:\n", "SyntaxError", "broken_syntax.py:1"),
+    "broken_raise": (
+        "import os\n\nraise RuntimeError('no API key in the environment')\n",
+        "RuntimeError",
+        "broken_raise.py:3",
+    ),
+}
+
+
+@pytest.mark.parametrize("command", ["worker", "tools", "run", "mcp"])
+def test_a_tool_module_that_raises_at_import_is_one_line_and_exit_2(
+    command: str, tmp_path: Path, redis_url: str
+) -> None:
+    (tmp_path / "calls.jsonl").write_text('{"function": "add", "arguments": {"a": 1}}\n')
+    for module, (source, error, where) in BROKEN_MODULES.items():
+        (tmp_path / f"{module}.py").write_text(source)
+        args = {
+            "worker": ("worker", "--kind", "sync", "--tools", module),
+            "tools": ("tools", "--tools", module),
+            "run": ("run", str(tmp_path / "calls.jsonl"), "--tools", module),
+            "mcp": ("mcp", "--tools", module),
+        }[command]
+        env = {
+            "TOOLFLEET_BROKER_URL": redis_url,
+            "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO_ROOT)]),
+        }
+        proc = toolfleet(*args, home=tmp_path, env=env, timeout_s=60)
+        assert proc.returncode == 2, proc.stderr
+        line = _one_line(proc.stderr)
+        assert f"tool module {module!r}" in line and error in line and where in line, line

@@ -87,7 +87,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigurationError as exc:
         print(f"toolfleet: configuration error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except Exception as exc:
+        # A broker that stops answering mid-command is one line too, never a traceback.
+        broker_down = _broker_down(exc)
+        if broker_down is None:
+            raise
+        print(f"toolfleet {args.command}: {broker_down}", file=sys.stderr)
+        return EXIT_USAGE
     return code
+
+
+def _broker_down(exc: Exception) -> str | None:
+    """What to say when ``exc`` means the broker stopped answering; None for anything else."""
+    import redis
+
+    from toolfleet.schemas.errors import BrokerError
+    from toolfleet.schemas.settings import ENV_PREFIX, masked_url
+
+    if isinstance(exc, BrokerError):
+        return f"{exc}; check that the broker is running, then run the command again"
+    if isinstance(exc, redis.ConnectionError | redis.TimeoutError):
+        return (
+            f"the broker stopped answering ({masked_url(str(exc))}); check that it is "
+            f"running and {ENV_PREFIX}BROKER_URL, then run the command again"
+        )
+    return None
 
 
 if __name__ == "__main__":

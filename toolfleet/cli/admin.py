@@ -75,6 +75,10 @@ def _fleet_settings(*, start_saved: bool) -> Iterator[tuple[Settings, str]]:
 
     settings = Settings.from_env()
     if settings.broker_url:
+        from toolfleet.embedded import redis_py_url
+
+        # One line naming the broker, not a traceback from deep inside, when it is down.
+        check_reachable(redis_py_url(settings.broker_url), settings.broker_url)
         yield settings, ENV_PREFIX + "BROKER_URL"
         return
     for pid, url in live_fleets(settings):
