@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import Callable, Sequence
 
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -211,6 +212,36 @@ async def _revoke(fleet: Fleet, calls: Sequence[tuple[CallMessage, Tool | None]]
         cancel_running(fleet.app, running_async)
 
     try:
-        await asyncio.wait_for(asyncio.to_thread(broadcast), SETTLE_TIMEOUT_S)
+        await asyncio.wait_for(_in_daemon_thread(broadcast), SETTLE_TIMEOUT_S)
     except Exception as exc:  # the broker may be down; the stored records still stop reruns
         log.warning("could not revoke %d call(s): %r", len(task_ids), exc)
+
+
+async def _in_daemon_thread(function: Callable[[], None]) -> None:
+    """``function()`` in a daemon thread of its own. kombu retries a broadcast for as long as
+    the broker stays down; in the loop's default executor that thread would hold up the end of
+    ``asyncio.run`` (which joins the executor) until the broker came back."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[None] = loop.create_future()
+
+    def settle(error: BaseException | None) -> None:
+        if done.done():
+            return  # given up on (wait_for's timeout)
+        if error is None:
+            done.set_result(None)
+        else:
+            done.set_exception(error)
+
+    def run() -> None:
+        error: BaseException | None = None
+        try:
+            function()
+        except BaseException as exc:
+            error = exc
+        try:
+            loop.call_soon_threadsafe(settle, error)
+        except RuntimeError:
+            pass  # the loop has ended: nobody waits any more
+
+    threading.Thread(target=run, name="toolfleet-revoke", daemon=True).start()
+    await done
