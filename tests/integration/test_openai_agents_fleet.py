@@ -29,6 +29,7 @@ from agents.tool import default_tool_error_function
 
 from tests.support import sample_tools
 from tests.support.cli_support import toolfleet
+from tests.support.doc_code import doc_blocks
 from tests.support.fleet import REPO_ROOT, WorkerProcess, start_worker
 from tests.support.openai_agents_support import call_outputs, calls_turn, scripted
 from tests.support.redis_server import PrivateRedis
@@ -307,15 +308,11 @@ def test_on_fleet_reaches_handoffs_and_agent_tools_once_and_refuses_what_it_cann
 
 # --- the documented example, run as printed ---------------------------------------------------
 
-_BLOCK = re.compile(r"```python\n(# (sdk_\w+\.py)[^\n]*\n.*?)```", re.DOTALL)
-
 
 def _doc_files() -> dict[str, str]:
     """The files docs/agent-ecosystem.md prints for the OpenAI Agents SDK, by name."""
-    text = (REPO_ROOT / "docs" / "agent-ecosystem.md").read_text(encoding="utf-8")
-    blocks = {m.group(2): m.group(1) for m in _BLOCK.finditer(text)}
-    assert set(blocks) == {"sdk_tools.py", "sdk_agent.py"}, sorted(blocks)
-    return blocks
+    blocks = doc_blocks("docs/agent-ecosystem.md")
+    return {name: blocks[name] for name in ("sdk_tools.py", "sdk_agent.py")}
 
 
 @pytest.fixture(scope="module")
