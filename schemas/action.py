@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from toolfleet.schemas.limits import DEFAULT_LIMIT_WAIT_S
 from toolfleet.schemas.provider import (
     anthropic_tool_result,
     openai_responses_output,
@@ -95,6 +96,9 @@ class CallParams(BaseModel):
     # "auto": the dispatcher batches calls of one tool when many are ready at once (a flood)
     # and sends a lone call as its own message (toolfleet.dispatcher.send.publisher.auto_plan).
     bundle_size: int | Literal["auto"] | None = None
+    # How long a call over its tool's rate limit or concurrency cap may wait on the worker
+    # (holding its worker slot) before it ends FAILED RateLimitedError; 0: never wait.
+    limit_wait_s: float = Field(default=DEFAULT_LIMIT_WAIT_S, ge=0)
 
     @field_validator("timeout_s", "deadline_s", "throttle_period_s")
     @classmethod

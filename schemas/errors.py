@@ -5,6 +5,8 @@ Messages name the offending value and say what to do instead.
 
 from __future__ import annotations
 
+import re
+
 __all__ = [
     "ArgumentValidationError",
     "BrokerError",
@@ -14,9 +16,11 @@ __all__ = [
     "DuplicateToolError",
     "EmbeddedStartError",
     "MalformedRequestError",
+    "NoCurrentCallError",
     "NoWorkerError",
     "NotJSONError",
     "OversizedArgumentsError",
+    "RateLimitedError",
     "RefusedCallError",
     "ToolTimeoutError",
     "ToolfleetError",
@@ -96,3 +100,22 @@ class CallLostError(ToolfleetError):
 
 class DispatcherLostError(ToolfleetError):
     """Raised (as a recorded error) for a call whose dispatcher died before enqueueing it."""
+
+
+class RateLimitedError(ToolfleetError):
+    """Raised when a call is over its tool's rate limit or concurrency cap past limit_wait_s."""
+
+    # retry_after_s: when a retry may be let through; read back from the message when the
+    # error is rebuilt from a record ("...; retry after 0.4 s").
+    _RETRY_AFTER = re.compile(r"retry after (\d+(?:\.\d+)?) s")
+
+    def __init__(self, message: str = "", *, retry_after_s: float | None = None) -> None:
+        super().__init__(message)
+        if retry_after_s is None:
+            found = self._RETRY_AFTER.search(message)
+            retry_after_s = float(found.group(1)) if found else None
+        self.retry_after_s = retry_after_s
+
+
+class NoCurrentCallError(ToolfleetError, RuntimeError):
+    """Raised when ``current_call()`` is asked for outside a tool body running on a worker."""

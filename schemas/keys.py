@@ -71,3 +71,14 @@ class Keys:
     def dispatcher(self, dispatcher_id: str) -> str:
         """String with a short TTL: present while the dispatcher ``dispatcher_id`` is alive."""
         return f"{self.prefix}:dispatcher:{dispatcher_id}"
+
+    def rate(self, function: str, scope: str) -> str:
+        """Hash: the token bucket (tokens, as of when) of ``function``'s rate limit for one
+        scope (``toolfleet.schemas.limits.LimitScope.value``); expires once it is full again."""
+        return f"{self.prefix}:rate:{function}:{scope}"
+
+    def slots(self, function: str, scope: str) -> str:
+        """Sorted set: the call ids holding one of ``function``'s concurrency slots for one
+        scope, scored by lease expiry (Redis server time, epoch seconds); a lapsed lease is
+        a free slot."""
+        return f"{self.prefix}:slots:{function}:{scope}"

@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from toolfleet.schemas.limits import BRANCH_KEY, SESSION_KEY, RateLimit
 from toolfleet.schemas.signature import signature_model
 
 __all__ = ["Tool", "ToolKind", "callable_kind", "is_coro_func", "is_lionagi_tool"]
@@ -59,6 +60,13 @@ class Tool(BaseModel):
     read_only: bool = False
     destructive: bool | None = None
     open_world: bool | None = None
+    # Fleet-wide controls, enforced in Redis by every worker before the tool runs
+    # (toolfleet.schemas.limits, toolfleet.workers.limits): calls started per period ("20/s"),
+    # calls running at once, and what both count per (an argument's name, "branch" or
+    # "session"; None: the whole tool). None: no limit, and nothing paid for one.
+    rate_limit: RateLimit | None = None
+    max_concurrency: int | None = Field(default=None, ge=1)
+    limit_key: str | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -89,12 +97,49 @@ class Tool(BaseModel):
         if isinstance(secret_args, str):
             secret_args = (secret_args,)
         data["secret_args"] = frozenset(secret_args)
+        if isinstance(data.get("rate_limit"), str):
+            data["rate_limit"] = RateLimit.parse(data["rate_limit"])
         if data.get("read_only") and data.get("destructive"):
             raise ValueError(
                 "a tool cannot be both read_only=True and destructive=True; a read-only tool "
                 "changes nothing, so drop one of the two"
             )
         return data
+
+    @model_validator(mode="after")
+    def _check_limit_key(self) -> Tool:
+        key = self.limit_key
+        if key is None:
+            return self
+        if not self.limited:
+            raise ValueError(
+                f"limit_key={key!r} says what a limit counts per, but {self.function!r} has "
+                "no limit; give rate_limit=... or max_concurrency=... too, or drop limit_key"
+            )
+        parameters = self.required_fields
+        if key in (BRANCH_KEY, SESSION_KEY):
+            if key in parameters:
+                raise ValueError(
+                    f"limit_key={key!r} is ambiguous for {self.function!r}: it means the call's "
+                    f"own {key}, and the tool also has a parameter named {key!r}; rename the "
+                    "parameter"
+                )
+        elif key not in parameters and not self.accepts_extra_arguments:
+            raise ValueError(
+                f"limit_key={key!r} is not a parameter of {self.function!r} (parameters: "
+                f"{sorted(parameters)}); name one of them, 'branch' or 'session'"
+            )
+        if key in self.secret_args:
+            raise ValueError(
+                f"limit_key={key!r} names a secret argument of {self.function!r}; its value "
+                "would be shown in Redis keys and errors, so scope the limit by another argument"
+            )
+        return self
+
+    @property
+    def limited(self) -> bool:
+        """True when calls of this tool pass a rate limit or concurrency cap before running."""
+        return self.rate_limit is not None or self.max_concurrency is not None
 
     def __hash__(self) -> int:
         # pydantic's field-wise hash of a frozen model fails on the kwargs dicts; a tool is

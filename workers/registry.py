@@ -182,6 +182,9 @@ def tool(
     read_only: bool = False,
     destructive: bool | None = None,
     open_world: bool | None = None,
+    rate_limit: str | None = None,
+    max_concurrency: int | None = None,
+    limit_key: str | None = None,
     update: bool = False,
     registry: Registry = registry,
 ) -> Callable[[F], F]: ...
@@ -204,6 +207,9 @@ def tool(
     read_only: bool = False,
     destructive: bool | None = None,
     open_world: bool | None = None,
+    rate_limit: str | None = None,
+    max_concurrency: int | None = None,
+    limit_key: str | None = None,
     update: bool = False,
     registry: Registry = registry,
 ) -> F | Callable[[F], F]:
@@ -212,7 +218,12 @@ def tool(
     ``tool(lionagi_tool)`` registers a lionagi ``Tool`` with its processors.
 
     ``read_only``, ``destructive`` and ``open_world`` (with ``idempotent``) say what the tool
-    does to the world; MCP clients see them as tool annotations (docs/mcp.md).
+    does to the world; MCP clients see them as tool annotations (docs/mcp.md). A
+    ``read_only`` tool, like an ``idempotent`` one, runs again after its worker is lost.
+
+    ``rate_limit`` ("20/s", "100/m", "1000/h") and ``max_concurrency`` are fleet-wide, held
+    in Redis by every worker before the tool runs; ``limit_key`` scopes both to one
+    argument's value, or to the call's "branch" or "session" (docs/controls.md).
     """
 
     def decorate(f: F) -> F:
@@ -234,6 +245,9 @@ def tool(
                 read_only=read_only or None,
                 destructive=destructive,
                 open_world=open_world,
+                rate_limit=rate_limit,
+                max_concurrency=max_concurrency,
+                limit_key=limit_key,
             )
             registry.register(built, update=update)
             return f
@@ -252,6 +266,9 @@ def tool(
             read_only=read_only,
             destructive=destructive,
             open_world=open_world,
+            rate_limit=rate_limit,
+            max_concurrency=max_concurrency,
+            limit_key=limit_key,
         )
         registry.register(built, update=update)
         return f
