@@ -1,4 +1,4 @@
-"""CallParams(batch_size="auto"): a lone call is its own message, a flood is batched.
+"""CallParams(bundle_size="auto"): a lone call is its own message, a flood is batched.
 
 Real workers run every call; the fleet's publish is observed (not replaced) to see how each
 ready group was sent.
@@ -29,13 +29,13 @@ pytestmark = pytest.mark.usefixtures("sync_worker")
 
 
 def _observe(fleet: Fleet) -> list[tuple[int, int | None]]:
-    """Record (calls, batch_size) of every publish the fleet makes, then publish as usual."""
+    """Record (calls, bundle_size) of every publish the fleet makes, then publish as usual."""
     seen: list[tuple[int, int | None]] = []
     publish = fleet.publish
 
-    async def observed(calls: Any, *, batch_size: int | None = None, **kwargs: Any) -> None:
-        seen.append((len(calls), batch_size))
-        await publish(calls, batch_size=batch_size, **kwargs)
+    async def observed(calls: Any, *, bundle_size: int | None = None, **kwargs: Any) -> None:
+        seen.append((len(calls), bundle_size))
+        await publish(calls, bundle_size=bundle_size, **kwargs)
 
     fleet.publish = observed  # type: ignore[method-assign]
     return seen
@@ -47,7 +47,7 @@ def test_auto_sends_lone_calls_one_per_message(fleet_settings: Settings) -> None
         branch = Branch(fleet=fleet)
         results = []
         for i in range(3):
-            params = CallParams(batch_size="auto")
+            params = CallParams(bundle_size="auto")
             results += await branch.act(call("echo", value=i), call_params=params)
         return branch, results, seen
 
@@ -63,7 +63,7 @@ def test_auto_batches_a_flood_of_one_tool(fleet_settings: Settings) -> None:
     async def scenario(fleet: Fleet) -> tuple[Branch, list[Any], list[tuple[int, int | None]]]:
         seen = _observe(fleet)
         branch = Branch(fleet=fleet)
-        params = CallParams(batch_size="auto", max_concurrent=n)
+        params = CallParams(bundle_size="auto", max_concurrent=n)
         results = await branch.act([call("echo", value=i) for i in range(n)], call_params=params)
         return branch, results, seen
 

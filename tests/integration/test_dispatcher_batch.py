@@ -287,7 +287,7 @@ def test_cancelling_act_during_a_write_still_writes_whole_units_in_order(
 def test_batch_size_sends_several_calls_per_message_each_with_its_own_response(
     fleet_settings: Settings, redis_url: str
 ) -> None:
-    """CallParams.batch_size (opt-in): 25 sync calls become 3 Celery messages on the queue,
+    """CallParams.bundle_size (opt-in): 25 sync calls become 3 Celery messages on the queue,
     and each call still gets its own record and linked response, failures included."""
     queue = f"toolfleet.test-batched-{uuid.uuid4().hex[:8]}"
     settings = fleet_settings.model_copy(update={"sync_queue": queue})
@@ -296,7 +296,7 @@ def test_batch_size_sends_several_calls_per_message_each_with_its_own_response(
     async def scenario(fleet: Fleet) -> tuple[Branch, list[ActionResponseModel]]:
         branch = Branch(fleet=fleet)
         act = asyncio.ensure_future(
-            branch.act(requests, call_params=CallParams(batch_size=10, max_concurrent=100))
+            branch.act(requests, call_params=CallParams(bundle_size=10, max_concurrent=100))
         )
         # No worker serves this queue yet: the messages wait there to be counted.
         client = fleet.redis

@@ -255,7 +255,7 @@ def test_batched_calls_each_join_their_own_call_span(
 
     async def scenario(fleet: Fleet) -> list[ActionResponseModel]:
         return await Branch(fleet=fleet).act(
-            requests, call_params=CallParams(timeout_s=20, batch_size=3)
+            requests, call_params=CallParams(timeout_s=20, bundle_size=3)
         )
 
     results = run(traced_fleet, scenario)

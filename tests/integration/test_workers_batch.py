@@ -14,7 +14,7 @@ from celery import Celery
 import tests.support.sample_tools  # noqa: F401  (registers the tools the workers run)
 from tests.support.fleet import WorkerProcess, collect_replies, make_call
 from tests.support.waiting import until
-from toolfleet.dispatcher.send.bundles import publish_batched
+from toolfleet.dispatcher.send.bundles import publish_bundles
 from toolfleet.schemas.errors import ConfigurationError
 from toolfleet.schemas.keys import Keys
 from toolfleet.schemas.status import EventStatus
@@ -41,7 +41,7 @@ def test_every_batched_call_gets_its_own_record_and_reply(
 ) -> None:
     reply_to = _reply_key()
     calls = _calls(reply_to, *[("echo", {"value": i}) for i in range(250)])
-    task_ids = publish_batched(celery_app, calls, batch_size=100)
+    task_ids = publish_bundles(celery_app, calls, bundle_size=100)
     assert len(task_ids) == 3  # 100 + 100 + 50
 
     results = _by_id(collect_replies(redis_client, reply_to, 250, timeout_s=30))
@@ -62,7 +62,7 @@ def test_a_failed_call_does_not_touch_its_siblings(
     calls = _calls(
         reply_to, ("echo", {"value": "a"}), ("fail", {"message": "nope"}), ("returns_none", {})
     )
-    publish_batched(celery_app, calls)
+    publish_bundles(celery_app, calls)
     results = _by_id(collect_replies(redis_client, reply_to, 3, timeout_s=30))
     echo, fail, none = (results[m.call_id] for m, _ in calls)
     assert echo.status is EventStatus.COMPLETED and echo.execution["response"] == "a"
@@ -77,9 +77,9 @@ def test_a_repeated_batched_call_returns_the_stored_record_without_running_again
     path = tmp_path / "effects.txt"
     reply_to = _reply_key()
     calls = _calls(reply_to, ("append_line", {"path": str(path), "text": "once"}))
-    publish_batched(celery_app, calls)
+    publish_bundles(celery_app, calls)
     (first,) = collect_replies(redis_client, reply_to, 1, timeout_s=30)
-    publish_batched(celery_app, calls)  # the same call_id again (C7)
+    publish_bundles(celery_app, calls)  # the same call_id again (C7)
     (second,) = collect_replies(redis_client, reply_to, 1, timeout_s=30)
     assert first.status is EventStatus.COMPLETED
     assert second.model_dump() == first.model_dump()
@@ -93,7 +93,7 @@ def test_batched_async_calls_wait_together_on_the_asyncio_pool(
     reply_to = _reply_key()
     calls = _calls(reply_to, *[("sleep_async", {"seconds": sleep_s})] * n)
     started = time.monotonic()
-    publish_batched(celery_app, calls, batch_size=100)
+    publish_bundles(celery_app, calls, bundle_size=100)
     results = collect_replies(redis_client, reply_to, n, timeout_s=60)
     wall_s = time.monotonic() - started
     assert all(r.status is EventStatus.COMPLETED for r in results)
@@ -120,7 +120,7 @@ def test_a_call_revoked_before_its_batch_runs_ends_cancelled(
         timeout_s=10,
         what="the async worker to learn of the revoke",
     )
-    publish_batched(celery_app, calls)
+    publish_bundles(celery_app, calls)
     results = _by_id(collect_replies(redis_client, reply_to, 2, timeout_s=30))
     assert results[revoked_id].status is EventStatus.CANCELLED
     assert results[calls[1][0].call_id].status is EventStatus.COMPLETED
@@ -142,8 +142,8 @@ def test_a_malformed_item_is_skipped_and_its_siblings_run(
 
 
 def test_batch_size_below_one_is_a_configuration_error(celery_app: Celery) -> None:
-    with pytest.raises(ConfigurationError, match="batch_size must be at least 1, got 0"):
-        publish_batched(celery_app, [], batch_size=0)
+    with pytest.raises(ConfigurationError, match="bundle_size must be at least 1, got 0"):
+        publish_bundles(celery_app, [], bundle_size=0)
 
 
 def test_a_sync_tools_timeout_is_enforced_per_call_inside_a_batch(
@@ -159,7 +159,7 @@ def test_a_sync_tools_timeout_is_enforced_per_call_inside_a_batch(
         ("echo", {"value": 2}),
     )
     start = time.monotonic()
-    publish_batched(celery_app, calls, batch_size=4)
+    publish_bundles(celery_app, calls, bundle_size=4)
     results = _by_id(collect_replies(redis_client, reply_to, 4, timeout_s=30))
     elapsed_s = time.monotonic() - start
     # Two 20 s sleeps run to the end would take 40 s: each was stopped at its own 0.5 s.
