@@ -123,7 +123,7 @@ class WorkerRuntime:
 
 def runtime_for(app: Celery) -> WorkerRuntime:
     """This process's runtime for ``app``; a forked child builds its own (no shared sockets)."""
-    # CallReturn on the app, not in a module dict keyed by id(app): the runtime goes with its app,
+    # Kept on the app, not in a module dict keyed by id(app): the runtime goes with its app,
     # and a later app that reuses the id never gets a dead app's runtime.
     runtimes: dict[int, WorkerRuntime] = app.__dict__.setdefault("toolfleet_runtimes", {})
     runtime = runtimes.get(os.getpid())
