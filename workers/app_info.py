@@ -16,6 +16,7 @@ from toolfleet.workers.registry import Registry
 __all__ = [
     "DEFAULT_BROKER_URL",
     "monitor_watch_of",
+    "redis_url_from",
     "redis_url_of",
     "registry_of",
     "settings_of",
@@ -45,7 +46,12 @@ def monitor_watch_of(app: Celery) -> MonitorWatch | None:
 
 def redis_url_of(app: Celery) -> str:
     """The redis-py URL of the app's broker, where call records are kept."""
-    url = str(app.conf.broker_url)
+    return redis_url_from(str(app.conf.broker_url))
+
+
+def redis_url_from(broker_url: str | None) -> str:
+    """The redis-py URL of a broker URL as Settings and kombu spell it (None: the default)."""
+    url = broker_url or DEFAULT_BROKER_URL
     # kombu spells a unix socket redis+socket:///path; redis-py spells it unix:///path.
     if url.startswith("redis+socket://"):
         return "unix://" + url[len("redis+socket://") :]
