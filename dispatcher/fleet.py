@@ -25,6 +25,7 @@ from toolfleet.dispatcher.send.direct import (
 from toolfleet.dispatcher.send.enqueue import is_outage
 from toolfleet.dispatcher.watch.collector import Collector
 from toolfleet.dispatcher.watch.loop_binding import LoopBinding
+from toolfleet.dispatcher.watch.outage_log import outage_log
 from toolfleet.dispatcher.watch.reconciler import Reconciler
 from toolfleet.schemas.errors import BrokerError, ConfigurationError
 from toolfleet.schemas.keys import Keys
@@ -236,14 +237,12 @@ class Fleet:
         (idempotent writes) and settled once the messages are in or given up. The retries
         follow the one outage policy, toolfleet.schemas.outage."""
 
+        retried = False
+
         def retrying(exc: BaseException, retry: OutageRetry) -> None:
-            log.warning(
-                "could not enqueue %d call(s) (%s); retrying for up to %gs "
-                "(TOOLFLEET_OUTAGE_LIMIT_S)",
-                len(calls),
-                masked_url(str(exc)),
-                retry.limit_s,
-            )
+            nonlocal retried
+            retried = True
+            outage_log(self.redis).failing("publisher", exc)
 
         try:
             await through_outage(
@@ -252,6 +251,8 @@ class Fleet:
                 retry_if=lambda exc: isinstance(exc, BrokerError) and is_outage(exc),
                 on_retry=retrying,
             )
+            if retried:
+                outage_log(self.redis).answering("publisher")
         except BaseException as exc:
             if before is not None:
                 before.settle(exc)

@@ -280,6 +280,8 @@ class Transaction:
             await self.publisher.submit(message, ctx.tool)
         except BaseException:
             self.fleet.collector.forget(ctx.call_id, attempt)
+            if future.done() and not future.cancelled():
+                future.exception()  # failed meanwhile (the broker watch); awaited by no one
             raise
         try:
             result = await self.deadline.wait(future, message)

@@ -22,8 +22,9 @@ from typing import Any, NamedTuple
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
+from toolfleet.dispatcher.watch.outage_log import outage_log
 from toolfleet.schemas.keys import Keys
-from toolfleet.schemas.outage import OutageRetry
+from toolfleet.schemas.outage import OutageRetry, broker_unreachable
 
 __all__ = ["APPEND_SCRIPT", "Chunk", "DurableLog", "Progress", "append_chunk"]
 
@@ -64,6 +65,9 @@ push(KEYS[1], 6, 5 + n_events)
 push(KEYS[2], 6 + n_events, #ARGV)
 return 1
 """
+
+# Even past the outage limit, one more second for the history: the broker may be back.
+_MIN_DRAIN_S = 1.0
 
 
 class Progress(NamedTuple):
@@ -159,15 +163,23 @@ class DurableLog:
                     await append_chunk(client, keys, self.branch_id, self._backlog[0], ttl_s)
                 except (RedisError, OSError) as exc:
                     self.last_error = f"{type(exc).__name__}: {exc}"
-                    log.error(
-                        "branch %s: history of %d call(s) not yet written to Redis (%s); "
-                        "kept and retried in order",
-                        self.branch_id,
-                        self.unwritten,
-                        self.last_error,
-                    )
+                    if broker_unreachable(exc):
+                        # Said once per outage, with a summary every few seconds.
+                        outage_log(client).failing(
+                            f"history {self.branch_id}", exc, unwritten=self.unwritten
+                        )
+                    else:
+                        log.error(
+                            "branch %s: history of %d call(s) not yet written to Redis (%s); "
+                            "kept and retried in order",
+                            self.branch_id,
+                            self.unwritten,
+                            self.last_error,
+                        )
                     return self.last_error
                 self._backlog.pop(0)
+            if self.last_error is not None:
+                outage_log(client).answering(f"history {self.branch_id}")
             self.last_error = None
             return None
 
@@ -176,7 +188,9 @@ class DurableLog:
     ) -> str | None:
         """Retry the backlog until it is written or ``limit_s`` passes (the outage policy,
         toolfleet.schemas.outage); the last error if units are still unwritten then, else
-        None."""
+        None. An outage already under way counts against the limit: a batch whose calls
+        waited out the outage does not wait a whole limit again for its history."""
+        limit_s = max(_MIN_DRAIN_S, limit_s - outage_log(client).down_for_s())
         retry = OutageRetry(limit_s)
         while self._backlog:
             left_s = retry.left_s

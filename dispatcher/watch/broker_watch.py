@@ -22,6 +22,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from toolfleet.dispatcher.watch.collector import Collector
+from toolfleet.dispatcher.watch.outage_log import outage_log
 from toolfleet.dispatcher.watch.stopping import cancel_and_wait, raise_if_cancelled
 from toolfleet.dispatcher.watch.whereabouts import Place, locate
 from toolfleet.schemas.errors import BrokerError
@@ -109,15 +110,17 @@ class BrokerWatch:
             now = self._clock()
             if self._down_since is None:
                 self._down_since = now
-                log.warning("broker %s unreachable: %s", self.broker_url, masked_url(str(exc)))
-            elif now - self._down_since > self.outage_limit_s:
+            outage_log(self.client).failing("broker watch", exc)
+            if now - self._down_since > self.outage_limit_s:
                 self._fail_all(
                     f"the broker {self.broker_url} has been unreachable for over "
-                    f"{self.outage_limit_s:g}s ({masked_url(str(exc))}); the call's result "
-                    f"cannot arrive. Restart "
+                    f"{self.outage_limit_s:g}s ({masked_url(str(exc))}); the call was "
+                    f"enqueued and may have run, but its result cannot arrive. Restart "
                     f"Redis and re-run the call if the tool is safe to repeat"
                 )
             return
+        if self._down_since is not None:
+            outage_log(self.client).answering("broker watch")
         self._down_since = None
         run_id = str(info.get("run_id", ""))
         previous, self._run_id = self._run_id, run_id

@@ -32,6 +32,7 @@ import redis.asyncio as aioredis
 from pydantic import ValidationError
 from redis.exceptions import RedisError, ResponseError
 
+from toolfleet.dispatcher.watch.outage_log import outage_log
 from toolfleet.dispatcher.watch.stopping import cancel_and_wait, raise_if_cancelled
 from toolfleet.schemas.wire import CallResult
 
@@ -169,10 +170,15 @@ class Collector:
 
     async def _run(self) -> None:
         last_reply_s = time.monotonic()
+        outage = outage_log(self.client)
+        failed = False
         while True:
             raise_if_cancelled()  # recover() below may have caught the cancel itself
             try:
                 replies = await self._pop()
+                if failed:
+                    failed = False
+                    outage.answering(f"collector {self.reply_key}")
                 for raw in replies:
                     self.deliver(raw)
                 if replies:
@@ -182,7 +188,8 @@ class Collector:
                     last_reply_s = time.monotonic()
             except (RedisError, OSError) as exc:
                 raise_if_cancelled()
-                log.warning("collector %s: %s; reconnecting", self.reply_key, exc)
+                failed = True
+                outage.failing(f"collector {self.reply_key}", exc, waiting=len(self._pending))
                 await asyncio.sleep(_RECONNECT_DELAY_S)
                 with contextlib.suppress(RedisError, OSError):
                     await self.recover()
