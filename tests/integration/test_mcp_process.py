@@ -29,6 +29,7 @@ from mcp.client.streamable_http import streamable_http_client
 from tests.support.fleet import REPO_ROOT, WorkerProcess, start_worker
 from tests.support.mcp_stdio import RecordingStdio, not_protocol_frames
 from tests.support.waiting import until
+from toolfleet.embedded.processes import free_port
 from toolfleet.schemas.settings import Settings
 
 TOOLS = ("tests.support.sample_tools", "tests.support.mcp_tools")
@@ -140,18 +141,12 @@ def test_sigterm_stops_a_stdio_server_with_exit_code_0(mcp_fleet: dict[str, str]
     assert '"name": "toolfleet.call add"' in stderr  # the last spans, flushed at exit
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture()
 def http_server(
     mcp_fleet: dict[str, str], tmp_path: Path
 ) -> Iterator[tuple[str, subprocess.Popen[bytes], Path]]:
     """A ``toolfleet mcp --transport http`` process requiring TOKEN: (url, process, log)."""
-    port = _free_port()
+    port = free_port()
     log_path = tmp_path / "mcp-http.log"
     with open(log_path, "wb") as log:
         process = subprocess.Popen(
