@@ -172,6 +172,10 @@ async def _exercise(client: Client, fleet_env: dict[str, str]) -> dict[str, Any]
     assert refused.is_error and "denied" in _text(refused)
     unknown = await client.call_tool("no_such_tool", {})
     assert unknown.is_error and "unknown tool 'no_such_tool'" in _text(unknown)
+    # Arguments are checked against the schema listed above, before any worker sees them.
+    mistyped = await client.call_tool("add", {"a": "x", "b": 1})
+    assert mistyped.is_error
+    assert "argument 'a' expects float, got 'x'" in _text(mistyped), _text(mistyped)
 
     # Concurrent calls run side by side on the async worker, each its own call.
     results: list[types.CallToolResult] = []
@@ -219,7 +223,7 @@ async def _exercise(client: Client, fleet_env: dict[str, str]) -> dict[str, Any]
     return {
         "branch_id": branch_id,
         "cancelled_id": cancelled_id,
-        "calls": 18,
+        "calls": 19,
         "add_call_id": _meta(added)[CALL_META_KEY],
     }
 
@@ -233,7 +237,7 @@ def _check_history(fleet_env: dict[str, str], outcome: dict[str, Any]) -> None:
 
     branch = until(complete, timeout_s=15, what="the session's history")
     functions = [m.content.function for m in branch.messages[::2]]
-    assert functions.count("sleep_async") == 12 and functions.count("add") == 2
+    assert functions.count("sleep_async") == 12 and functions.count("add") == 3
     assert SECRET not in json.dumps([m.model_dump(mode="json") for m in branch.messages])
     responses = {m.content.function: m.content for m in branch.messages[1::2]}
     assert responses["fail"].error == "ValueError: nope"
