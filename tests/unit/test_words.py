@@ -14,8 +14,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 # The package (its folders once: toolfleet/ links to schemas/, dispatcher/ and workers/), the
 # documentation, the benchmark and the tests.
-_FOLDERS = ("schemas", "dispatcher", "workers", "toolfleet", "docs", "bench", "tests")
-_FILES = ("README.md", "CONTRIBUTING.md")
+_FOLDERS = ("schemas", "dispatcher", "workers", "toolfleet", "docs", "bench", "tests", "deploy")
+_FILES = ("README.md", "CONTRIBUTING.md", "pyproject.toml", "docker-compose.yml", ".ci/run")
 _TRACKER = re.compile(r"\b[Ii]ssues? #?\d+|\bitems? \d+\b")
 _TEXT_SUFFIXES = {".py", ".md", ".txt", ".toml", ".yml", ".yaml", ".cfg", ".ini", ".lua", ".sh"}
 
