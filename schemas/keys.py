@@ -30,7 +30,8 @@ class Keys:
         return f"{self.prefix}:started:{call_id}"
 
     def reply(self, collector_id: str) -> str:
-        """List: CallResult JSON pushed by workers for one collector to BLPOP."""
+        """List: CallResult JSON pushed by workers for one collector to BLPOP, and the
+        progress reports of its calls that asked for them (toolfleet.schemas.progress)."""
         return f"{self.prefix}:reply:{collector_id}"
 
     def history(self, branch_id: str) -> str:

@@ -28,7 +28,7 @@ class CallbackFailed:
     """A hook handler, event observer or message callback raised; it was isolated (C5)."""
 
     call_id: str | None
-    where: str  # "tool_post", "tool_error", "observer" or "on_message"
+    where: str  # "tool_post", "tool_error", "observer", "on_message" or "on_progress"
     handler: str
     error: str
     at: datetime = field(default_factory=_now)

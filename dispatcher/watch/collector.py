@@ -34,6 +34,7 @@ from redis.exceptions import RedisError, ResponseError
 
 from toolfleet.dispatcher.watch.outage_log import outage_log
 from toolfleet.dispatcher.watch.stopping import cancel_and_wait, raise_if_cancelled
+from toolfleet.schemas.progress import ProgressReport, decode, is_progress
 from toolfleet.schemas.wire import CallResult
 
 __all__ = ["Collector", "connect"]
@@ -93,6 +94,8 @@ class Collector:
         self.reply_key = reply_key
         self.event_key = event_key
         self._pending: dict[tuple[str, int], asyncio.Future[CallResult]] = {}
+        # call_id -> who gets its progress reports (toolfleet.dispatcher.watch.progress_relay).
+        self._listeners: dict[str, Callable[[ProgressReport], None]] = {}
         self._task: asyncio.Task[None] | None = None
         # None until the server has shown whether it knows BLMPOP (Redis >= 7).
         self._multipop: bool | None = None
@@ -136,8 +139,19 @@ class Collector:
         if future is not None and not future.done():
             future.set_exception(error)
 
+    def listen(self, call_id: str, listener: Callable[[ProgressReport], None]) -> None:
+        """Hand ``call_id``'s progress reports to ``listener`` until :meth:`unlisten`."""
+        self._listeners[call_id] = listener
+
+    def unlisten(self, call_id: str) -> None:
+        self._listeners.pop(call_id, None)
+
     def deliver(self, raw: bytes | str) -> None:
-        """Resolve the future a raw CallResult belongs to; ignore duplicates and strangers."""
+        """Resolve the future a raw CallResult belongs to; ignore duplicates and strangers.
+        A progress report goes to its call's listener instead (:meth:`listen`)."""
+        if is_progress(raw):
+            self._progress(raw)
+            return
         try:
             result = CallResult.model_validate_json(raw)
         except ValidationError as exc:
@@ -146,6 +160,22 @@ class Collector:
         future = self._pending.pop((result.call_id, result.attempt), None)
         if future is not None and not future.done():
             future.set_result(result)
+
+    def _progress(self, raw: bytes | str) -> None:
+        """A report reaches its listener only while its attempt is awaited: one of a call
+        this collector no longer knows (finished, given up on, or sent by a dispatcher that
+        has since restarted) is dropped, as is one it cannot read."""
+        report = decode(raw)
+        if report is None:
+            log.debug("collector %s: unreadable progress report dropped", self.reply_key)
+            return
+        listener = self._listeners.get(report.call_id)
+        if listener is None or not self.is_awaited(report.call_id, report.attempt):
+            return
+        try:
+            listener(report)
+        except Exception:  # the relay only queues; never let it stop the results
+            log.exception("collector %s: progress listener failed", self.reply_key)
 
     async def _pop(self) -> list[bytes]:
         """Wait up to _BLOCK_S for replies; return every one available, in one round trip
@@ -232,4 +262,5 @@ class Collector:
             if not future.done():
                 future.cancel()
         self._pending.clear()
+        self._listeners.clear()
         await self.client.aclose()
