@@ -14,6 +14,7 @@ import redis.asyncio as aioredis
 from celery import Celery
 from redis.exceptions import RedisError
 
+from toolfleet.dispatcher.history.durable import DurableLog
 from toolfleet.dispatcher.send.bundles import publish_bundles
 from toolfleet.dispatcher.send.direct import (
     LeadCommands,
@@ -152,6 +153,11 @@ class Fleet:
     def redis(self) -> aioredis.Redis:
         """The asyncio Redis client for history and records, bound to the running loop."""
         return self._bind().redis
+
+    @property
+    def histories(self) -> dict[DurableLog, int]:
+        """The running loop's histories of branches with a batch in flight (see LoopBinding)."""
+        return self._bind().histories
 
     @property
     def collector(self) -> Collector:

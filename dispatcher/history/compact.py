@@ -78,6 +78,20 @@ class CompactList(Sequence[T], Generic[T]):
         self._cached = (index, items)
         return items
 
+    def lines(self, stop: int) -> list[str]:
+        """The JSON lines of the first ``stop`` items, decompressed but not decoded (a
+        broker that lost the history gets them written again: durable.DurableLog.restore)."""
+        out: list[str] = []
+        for block in self._blocks:
+            if len(out) >= stop:
+                break
+            out.extend(zlib.decompress(block).decode().split("\n"))
+        for item, encoded in zip(self._live, self._encoded, strict=True):
+            if len(out) >= stop:
+                break
+            out.append(encoded if encoded is not None else self._encode(item))
+        return out[:stop]
+
     def __len__(self) -> int:
         return len(self._blocks) * self._block_items + len(self._live)
 

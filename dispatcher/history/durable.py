@@ -10,12 +10,19 @@ cannot double a unit either.
 A chunk that fails on a broker error stays in the backlog; later chunks queue behind it (input
 order) and every write, and :meth:`DurableLog.drain` at the end of the batch, retries the
 backlog first, until it is in or the outage limit passes.
+
+A broker that restarts without its data (or, with ``appendfsync everysec``, without the last
+second of it) loses history already written. :meth:`DurableLog.restore`, called by the broker
+watch for every branch with a batch in flight, writes the branch's history as held in memory
+back in place of what Redis has (one MULTI/EXEC: the lists are replaced, never doubled), and
+the backlog follows it in order.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -26,7 +33,7 @@ from toolfleet.dispatcher.watch.outage_log import outage_log
 from toolfleet.schemas.keys import Keys
 from toolfleet.schemas.outage import OutageRetry, broker_unreachable
 
-__all__ = ["APPEND_SCRIPT", "Chunk", "DurableLog", "Progress", "append_chunk"]
+__all__ = ["APPEND_SCRIPT", "Chunk", "DurableLog", "Progress", "append_chunk", "replace_history"]
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +122,30 @@ async def append_chunk(
     return bool(appended)
 
 
+# RPUSH arguments per command when a history is written again whole.
+_PUSH_ITEMS = 500
+
+
+async def replace_history(
+    client: aioredis.Redis,
+    keys: Keys,
+    branch_id: str,
+    events: list[str],
+    messages: list[str],
+    ttl_s: int,
+) -> None:
+    """Make the branch's event and message lists exactly ``events`` and ``messages`` (one
+    MULTI/EXEC: a reader sees the old lists or the new ones, never a mix)."""
+    async with client.pipeline(transaction=True) as pipe:
+        for key, lines in ((keys.events(branch_id), events), (keys.history(branch_id), messages)):
+            pipe.delete(key)
+            for i in range(0, len(lines), _PUSH_ITEMS):
+                pipe.rpush(key, *lines[i : i + _PUSH_ITEMS])
+            if lines:
+                pipe.expire(key, ttl_s)
+        await pipe.execute()
+
+
 def _append_script(client: aioredis.Redis) -> Any:
     """The append script registered on ``client``: one EVALSHA per write, the
     script text sent again only when the server does not know it (after a restart)."""
@@ -134,11 +165,47 @@ class DurableLog:
         self._lock = asyncio.Lock()
         self._lock_loop: asyncio.AbstractEventLoop | None = None
         self.last_error: str | None = None
+        # What Redis should hold of this branch now: the (events, messages) lines the branch
+        # holds in memory, less the backlog (BranchHistory sets it).
+        self.in_redis: Callable[[], tuple[list[str], list[str]]] | None = None
+        # The broker lost some of the history: it is written again before the backlog.
+        self._restore_pending = False
 
     @property
     def unwritten(self) -> int:
         """Units not yet in Redis."""
         return sum(chunk.units for chunk in self._backlog)
+
+    def backlog_lines(self) -> tuple[int, int]:
+        """(events, messages) of the units not yet in Redis."""
+        return (
+            sum(len(chunk.events) for chunk in self._backlog),
+            sum(len(chunk.messages) for chunk in self._backlog),
+        )
+
+    async def restore(self, client: aioredis.Redis, keys: Keys, ttl_s: int, *, lost: bool) -> bool:
+        """After a broker restart: write the history held in memory back if the broker lost
+        any of it (``lost``: it came back empty; otherwise its lists are measured). True when
+        a rewrite was due; a rewrite the broker refuses stays due (the next write, or the
+        batch's drain, retries it first)."""
+        if self.in_redis is None:
+            return False
+        async with self._loop_lock():
+            if not lost and not self._restore_pending:
+                events, messages = self.in_redis()
+                async with client.pipeline(transaction=False) as pipe:
+                    pipe.llen(keys.events(self.branch_id))
+                    pipe.llen(keys.history(self.branch_id))
+                    n_events, n_messages = await pipe.execute()
+                if n_events >= len(events) and n_messages >= len(messages):
+                    return False
+            self._restore_pending = True
+            log.warning(
+                "branch %s: the broker lost some of its history; writing it again from memory",
+                self.branch_id,
+            )
+        await self.flush(client, keys, ttl_s)
+        return True
 
     async def write(
         self, client: aioredis.Redis, keys: Keys, chunk: Chunk, ttl_s: int
@@ -158,8 +225,16 @@ class DurableLog:
 
     async def flush(self, client: aioredis.Redis, keys: Keys, ttl_s: int) -> str | None:
         async with self._loop_lock():
-            while self._backlog:
+            while self._backlog or self._restore_pending:
                 try:
+                    if self._restore_pending:
+                        if self.in_redis is not None:
+                            events, messages = self.in_redis()
+                            await replace_history(
+                                client, keys, self.branch_id, events, messages, ttl_s
+                            )
+                        self._restore_pending = False
+                        continue
                     await append_chunk(client, keys, self.branch_id, self._backlog[0], ttl_s)
                 except (RedisError, OSError) as exc:
                     self.last_error = f"{type(exc).__name__}: {exc}"
@@ -192,7 +267,7 @@ class DurableLog:
         waited out the outage does not wait a whole limit again for its history."""
         limit_s = max(_MIN_DRAIN_S, limit_s - outage_log(client).down_for_s())
         retry = OutageRetry(limit_s)
-        while self._backlog:
+        while self._backlog or self._restore_pending:
             left_s = retry.left_s
             if left_s <= 0:
                 return self.last_error or "the outage limit passed"

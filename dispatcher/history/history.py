@@ -1,8 +1,10 @@
 """A branch's record: the ordered messages and event records, in memory and in Redis.
 
 One call's event records and its ActionRequest/ActionResponse pair form a *unit*; a unit is
-written whole (C5): Redis receives units in one MULTI/EXEC, and memory is appended only
-after, so no reader ever sees an event without its linked pair.
+written whole (C5): Redis receives units in one MULTI/EXEC, and memory receives them in the
+same step as the Redis write is queued (no await between), so no reader ever sees an event
+without its linked pair, and memory is always what Redis holds plus the units still queued
+for it: what a broker that lost the history gets back (durable.DurableLog.restore).
 """
 
 from __future__ import annotations
@@ -122,6 +124,15 @@ class BranchHistory:
         self.events: CompactList[EventRecord] = CompactList(_event_json, _event_record)
         # Redis writes not yet applied (a broker outage), retried in order.
         self.durable = DurableLog(branch_id)
+        self.durable.in_redis = self._in_redis
+
+    def _in_redis(self) -> tuple[list[str], list[str]]:
+        """The JSON lines Redis should hold: memory less the units still queued for it."""
+        queued_events, queued_messages = self.durable.backlog_lines()
+        return (
+            self.events.lines(len(self.events) - queued_events),
+            self.messages.lines(len(self.messages) - queued_messages),
+        )
 
     async def write(
         self,
@@ -140,26 +151,27 @@ class BranchHistory:
         """
         if not units:
             return None
-        failure: str | None = None
         events = [e for u in units for e in u.events]
         messages = [m for u in units for m in (u.request, u.response)]
-        encoded_events: list[str] | None = None
-        encoded_messages: list[str] | None = None
-        if client is not None:
-            encoded_events = [_event_json(e) for e in events]
-            encoded_messages = [_message_json(m) for m in messages]
-            chunk = Chunk(
-                events=encoded_events,
-                messages=encoded_messages,
-                units=len(units),
-                first_call_id=units[0].call_id,
-                progress=progress,
-            )
-            failure = await self.durable.write(client, keys, chunk, record_ttl_s)
-        # The Redis lines are the compact form too: folding them costs no second encoding.
+        if client is None:
+            self.events.extend(events)
+            self.messages.extend(messages)
+            return None
+        encoded_events = [_event_json(e) for e in events]
+        encoded_messages = [_message_json(m) for m in messages]
+        chunk = Chunk(
+            events=encoded_events,
+            messages=encoded_messages,
+            units=len(units),
+            first_call_id=units[0].call_id,
+            progress=progress,
+        )
+        # Memory first, in the same step as the chunk joins the backlog (durable.write queues
+        # it before its first await): memory = Redis + backlog at every await. The Redis lines
+        # are the compact form too: folding them costs no second encoding.
         self.events.extend(events, encoded_events)
         self.messages.extend(messages, encoded_messages)
-        return failure
+        return await self.durable.write(client, keys, chunk, record_ttl_s)
 
 
 def _event_json(event: EventRecord) -> str:

@@ -285,6 +285,7 @@ class BatchJournal:
         self.progress_key = progress_key(fleet.keys, batch_id)
         self._finished = False
         self.opening: JournalOpening | None = None
+        self._registered: dict[DurableLog, int] | None = None
 
     def start(
         self, items: Sequence[Envelope | MalformedRequestError], call_ids: Sequence[str]
@@ -299,7 +300,21 @@ class BatchJournal:
             calls=journal_calls(items, call_ids, fleet.registry, fleet.announced_secret_args),
         )
         self.opening = JournalOpening(fleet.keys, entry, fleet.settings.record_ttl_s)
+        # While the batch runs, a broker restart that loses the branch's history gets it back
+        # from memory (toolfleet.dispatcher.watch.broker_watch).
+        histories = fleet.histories
+        histories[self._durable] = histories.get(self._durable, 0) + 1
+        self._registered = histories
         return self.opening
+
+    def _unregister(self) -> None:
+        histories, self._registered = self._registered, None
+        if histories is not None:
+            left = histories.get(self._durable, 0) - 1
+            if left > 0:
+                histories[self._durable] = left
+            else:
+                histories.pop(self._durable, None)
 
     async def finish(self, *, closed_by_write: bool = False) -> None:
         """Wait (up to the outage limit) for the branch's unwritten history, then close.
@@ -313,9 +328,12 @@ class BatchJournal:
             return
         self._finished = True
         fleet, durable = self._fleet, self._durable
-        error = await durable.drain(
-            fleet.redis, fleet.keys, fleet.settings.record_ttl_s, fleet.settings.outage_limit_s
-        )
+        try:
+            error = await durable.drain(
+                fleet.redis, fleet.keys, fleet.settings.record_ttl_s, fleet.settings.outage_limit_s
+            )
+        finally:
+            self._unregister()
         if error is not None:
             unwritten = durable.unwritten
             self._signal(

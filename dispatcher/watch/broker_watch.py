@@ -8,6 +8,12 @@ or started (a broker that kept its data) goes on, and a call found nowhere is fa
 BrokerError naming the broker. A broker unreachable for longer than ``Settings.outage_limit_s``
 (``TOOLFLEET_OUTAGE_LIMIT_S``) fails every awaited call the same way. The batch turns that error
 into a FAILED record that is stored first (so no worker runs the call later) and revokes it.
+
+History survives a restart too: at once (before the grace period) every branch with a batch in
+flight gets back from memory what the broker lost of its history — all of it when the broker
+came back empty, the missing tail when it kept its data but not the last writes (an
+``appendfsync everysec`` broker whose machine crashed) — so every pair is in Redis when
+``act()`` returns (toolfleet.dispatcher.history.durable.DurableLog.restore).
 """
 
 from __future__ import annotations
@@ -16,11 +22,12 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
+from toolfleet.dispatcher.history.durable import DurableLog
 from toolfleet.dispatcher.watch.collector import Collector
 from toolfleet.dispatcher.watch.outage_log import outage_log
 from toolfleet.dispatcher.watch.stopping import cancel_and_wait, raise_if_cancelled
@@ -55,6 +62,8 @@ class BrokerWatch:
         outage_limit_s: float | None = None,
         queues: Sequence[str] = (),
         on_restart: Callable[[], None] | None = None,
+        histories: Callable[[], Iterable[DurableLog]] = tuple,
+        record_ttl_s: int | None = None,
     ) -> None:
         self.client = client
         self.collector = collector
@@ -70,6 +79,9 @@ class BrokerWatch:
         # still holds the queued and reserved messages, and those calls are not lost.
         self.queues = tuple(queues)
         self.on_restart = on_restart  # told of each restart (the reconciler: see there)
+        # Branch histories with a batch in flight, given back what a restart lost of them.
+        self.histories = histories
+        self.record_ttl_s = Settings().record_ttl_s if record_ttl_s is None else record_ttl_s
         # Found again after a restart = the broker kept its data (bench/chaos.py).
         self._mark = keys.broker_mark(uuid.uuid4().hex)
         self._marked_at = float("-inf")
@@ -144,8 +156,35 @@ class BrokerWatch:
                 await pool.disconnect(inuse_connections=False)
             if self.on_restart is not None:
                 self.on_restart()
+            await self.restore_histories(lost=not kept_data)
             await asyncio.sleep(RESTART_GRACE_S)
             await self.reconcile(kept_data=kept_data)
+
+    async def restore_histories(self, *, lost: bool) -> int:
+        """Give each branch with a batch in flight back what the restart lost of its history
+        (all of it when ``lost``); the number of branches rewritten. A rewrite the broker
+        refuses now stays due and is retried before the branch's next write."""
+        rewritten = 0
+        for durable in self.histories():
+            try:
+                if await durable.restore(self.client, self.keys, self.record_ttl_s, lost=lost):
+                    rewritten += 1
+            except (RedisError, OSError) as exc:
+                log.warning(
+                    "broker %s restart: history of branch %s not checked (%s)",
+                    self.broker_url,
+                    durable.branch_id,
+                    masked_url(str(exc)),
+                )
+        if rewritten:
+            log.warning(
+                "broker %s restarted %s: the history of %d branch(es) in flight written again "
+                "from memory",
+                self.broker_url,
+                "without its data" if lost else "without its last writes",
+                rewritten,
+            )
+        return rewritten
 
     async def reconcile(self, *, kept_data: bool = False) -> None:
         """Deliver the stored record of each awaited call; fail the calls the restart lost:
@@ -184,10 +223,10 @@ class BrokerWatch:
                 call_id,
                 attempt,
                 BrokerError(
-                    f"the broker {self.broker_url} restarted and lost call {call_id} (its "
-                    f"queued message or its result) while it was in flight; re-run the call "
-                    f"if the tool is safe to repeat, and give Redis persistence (appendonly) "
-                    f"to survive restarts"
+                    f"the broker {self.broker_url} restarted without its data and lost call "
+                    f"{call_id} (its queued message or its result) while it was in flight: "
+                    f"the call may have run; re-run it if the tool is safe to repeat, and give "
+                    f"Redis persistence (appendonly) to survive restarts"
                 ),
             )
         if lost:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import redis.asyncio as aioredis
 
+from toolfleet.dispatcher.history.durable import DurableLog
 from toolfleet.dispatcher.watch.broker_watch import BrokerWatch
 from toolfleet.dispatcher.watch.collector import Collector, connect
 from toolfleet.dispatcher.watch.reconciler import Reconciler
@@ -50,6 +51,9 @@ class LoopBinding:
         self.redis = connect(redis_url)
         self.collector = Collector(connect(redis_url), self.reply_key, keys.event)
         self.collector.start()
+        # The histories of branches with a batch in flight on this loop (each with its count
+        # of batches): a broker that restarts without its data gets them back from memory.
+        self.histories: dict[DurableLog, int] = {}
         # A broker restart or long outage must not leave calls awaited forever.
         self.watch = BrokerWatch(
             # Keeps redis-py's 5 s read timeout: its probe is how a stalled broker (alive to
@@ -62,6 +66,8 @@ class LoopBinding:
             pools=[self.redis.connection_pool],
             outage_limit_s=settings.outage_limit_s,
             queues=(settings.sync_queue, settings.async_queue),
+            histories=lambda: list(self.histories),
+            record_ttl_s=settings.record_ttl_s,
         )
         self.watch.start()
         # A queue with no worker, or a message the broker lost, must not leave a

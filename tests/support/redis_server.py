@@ -4,7 +4,9 @@ It listens on ``host``:<free port> (and ``also_bind``), so a test may crash it (
 it (SIGSTOP) and start it again on the same port; the machine's Redis is never touched. With
 ``persist`` every write goes to an append-only file fsynced per write, so a crash and restart
 is a broker that came back with its data (how Redis is deployed); without it a restart is a
-broker that lost everything.
+broker that lost everything. ``fsync="everysec"`` fsyncs once a second instead (Redis's
+default): a SIGKILL loses nothing (each write reaches the kernel before its reply), a machine
+crash loses up to the last second (``aof_files``: what a test truncates to show that).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ class PrivateRedis:
         port: int | None = None,
         *,
         persist: bool = False,
+        fsync: str = "always",
         host: str = "127.0.0.1",
         also_bind: Sequence[str] = (),
         client_timeout_s: float = 2.0,
@@ -48,12 +51,14 @@ class PrivateRedis:
         self.port = port or free_port()
         self.dir = Path(tempfile.mkdtemp(prefix="toolfleet-redis-"))
         self.client_timeout_s = client_timeout_s
+        self.fsync = fsync
         self._server = EmbeddedRedis(
             run_dir=self.dir,
             port=self.port,
             # more addresses it listens on (e.g. veth ends reached from other namespaces)
             bind=(host, *also_bind),
             append_only=persist,
+            append_fsync=fsync,
             ready_timeout_s=ready_timeout_s,
             executable=executable,
         )
@@ -67,6 +72,12 @@ class PrivateRedis:
         pid = self._server.pid
         assert pid is not None, "the redis-server is not running"
         return pid
+
+    def aof_files(self) -> list[Path]:
+        """The append-only files (``appendonly.aof``, or Redis 7's appendonlydir/*.aof), the
+        one written to last at the end."""
+        files = [*self.dir.glob("*.aof"), *self.dir.glob("appendonlydir/*.aof")]
+        return sorted(files, key=lambda p: p.stat().st_mtime_ns)
 
     def client(self, db: int = 0) -> redis.Redis:
         return redis.Redis(

@@ -101,6 +101,8 @@ class EmbeddedRedis:
     port: int | None = None
     bind: tuple[str, ...] = ("127.0.0.1",)
     append_only: bool = False
+    # With append_only: "always" (fsync per write) or "everysec" (Redis's default).
+    append_fsync: str = "always"
     # The redis-server binary; find_redis_server()'s when empty.
     executable: str = ""
     url: str = ""
@@ -145,7 +147,7 @@ class EmbeddedRedis:
             "--logfile", "",
         ]  # fmt: skip
         if self.append_only:
-            common += ["--appendfsync", "always"]
+            common += ["--appendfsync", self.append_fsync]
         last_error = ""
         for _attempt in range(3):
             if self.port is not None:
