@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.table import Table
 
 from toolfleet.cli.broker_probe import check_reachable, queue_depths
+from toolfleet.cli.broker_topology import persistence, persistence_warning, topology
 from toolfleet.schemas.errors import ConfigurationError
 from toolfleet.schemas.settings import ENV_PREFIX, Settings, masked_url
 
@@ -112,6 +113,23 @@ fleet_settings = _fleet_settings
 # -- status ----------------------------------------------------------------------------------
 
 
+def _topology_table(broker: dict[str, Any]) -> Table:
+    """The broker's role, persistence, and its replicas (or its primary) with their lag."""
+    kept = broker["persistence"]
+    table = Table(title=f"broker: {broker['role']}", header_style="bold")
+    for column in ("node", "role", "state", "lag"):
+        table.add_column(column)
+    table.add_row("this broker", broker["role"], f"persistence {kept['mode']}", "")
+    primary = broker.get("primary")
+    if primary:
+        table.add_row(primary["address"], "primary", f"link {primary['link']}",
+                      f"{primary['last_io_s']}s since last I/O")  # fmt: skip
+    for replica in broker["replicas"]:
+        table.add_row(replica["address"], "replica", replica["state"],
+                      f"{replica['lag_s']}s, {replica['lag_bytes']} bytes")  # fmt: skip
+    return table
+
+
 def orphaned_batches(client: Any, keys: Any) -> list[dict[str, str]]:
     """Open batches whose dispatcher no longer beats: ``toolfleet recover`` them."""
     found: list[dict[str, str]] = []
@@ -172,6 +190,7 @@ def fleet_status(settings: Settings, *, timeout_s: float) -> dict[str, Any]:
             in_flight = sum(running.values())
             unacked = count_reserved(client)
             orphaned = orphaned_batches(client, Keys(settings.key_prefix))
+            broker = {"persistence": persistence(client), **topology(client)}
         finally:
             client.close()
     finally:
@@ -194,6 +213,8 @@ def fleet_status(settings: Settings, *, timeout_s: float) -> dict[str, Any]:
         "in_flight": in_flight,
         "delivered_unacked": unacked,
         "orphaned_batches": orphaned,
+        # role, replicas and their lag, persistence mode (toolfleet.cli.broker_topology)
+        "topology": broker,
     }
 
 
@@ -202,11 +223,16 @@ def _status(args: argparse.Namespace) -> int:
         status = fleet_status(settings, timeout_s=args.timeout)
     status["broker"] = masked_url(str(settings.broker_url))
     status["source"] = source
+    warning = persistence_warning(status["topology"]["persistence"], status["broker"])
+    status["warnings"] = [warning] if warning else []
     if args.json:
         print(json.dumps(status))
         return 0
     out = Console()
     out.print(f"broker {status['broker']} (from {source})")
+    out.print(_topology_table(status["topology"]))
+    for line in status["warnings"]:
+        out.print(f"[yellow]{line}[/]", highlight=False)
     workers = Table(title=f"workers online: {len(status['workers'])}", header_style="bold")
     for column in ("worker", "running calls", "tasks"):
         workers.add_column(column)

@@ -144,6 +144,7 @@ def run_worker(
         signals.worker_shutdown.connect(_flush_spans, weak=False)
     app = create_app(settings, registry=registry)
     _wait_for_broker(app, str(settings.broker_url))
+    _warn_without_persistence(app, str(settings.broker_url))
     queue = settings.queue_for(kind)
     if kind == "async":
         app.conf.worker_pool = ASYNC_POOL
@@ -201,6 +202,25 @@ def _wait_for_broker(app: Any, broker_url: str, wait_s: float = BROKER_WAIT_S) -
                 time.sleep(0.5)
     finally:
         client.close()
+
+
+def _warn_without_persistence(app: Any, broker_url: str) -> None:
+    """One line on stderr when the broker would lose queued calls and records on a restart
+    (or cannot say, a managed Redis refusing CONFIG); never a failure."""
+    import redis
+
+    from toolfleet.cli.broker_topology import persistence, persistence_warning
+    from toolfleet.workers.app import redis_url_of
+
+    client = redis.Redis.from_url(redis_url_of(app), socket_connect_timeout=2.0, socket_timeout=2.0)
+    try:
+        warning = persistence_warning(persistence(client), masked_url(broker_url))
+    except redis.RedisError:
+        return  # the worker's own connection says what is wrong
+    finally:
+        client.close()
+    if warning:
+        print(warning, file=sys.stderr, flush=True)
 
 
 def _flush_spans(**_: object) -> None:
