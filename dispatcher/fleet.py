@@ -239,10 +239,13 @@ class Fleet:
         """Enqueue ``calls``, retrying through a broker outage up to
         ``TOOLFLEET_OUTAGE_LIMIT_S`` (a broker restarting mid-batch must not fail
         the calls not yet enqueued). A retry may enqueue a call twice; its call_id record
-        makes the second message a no-op (C7). ``before`` is sent again with each retry
-        (idempotent writes) and settled once the messages are in or given up. The retries
-        follow the one outage policy, toolfleet.schemas.outage."""
+        makes the second message a no-op (C7). ``before`` rides again with each retry on the
+        loop's own client (idempotent writes) and is settled once the messages are in or given
+        up; kombu's path sends it alone, which settles it (written, or the batch runs without),
+        so only on its first try. The retries follow the one outage policy,
+        toolfleet.schemas.outage."""
 
+        lead: list[LeadCommands | None] = [before]  # None once sent alone
         retried = False
 
         def retrying(exc: BaseException, retry: OutageRetry) -> None:
@@ -252,7 +255,7 @@ class Fleet:
 
         try:
             await through_outage(
-                lambda: self._publish_once(calls, bundle_size, before),
+                lambda: self._publish_once(calls, bundle_size, lead),
                 self.settings.outage_limit_s,
                 retry_if=lambda exc: isinstance(exc, BrokerError) and is_outage(exc),
                 on_retry=retrying,
@@ -268,13 +271,14 @@ class Fleet:
         self,
         calls: Sequence[tuple[CallMessage, Tool]],
         bundle_size: int | None,
-        before: LeadCommands | None,
+        lead: list[LeadCommands | None],
     ) -> None:
         from toolfleet.dispatcher.send.enqueue import publish_calls
 
         if bundle_size is None and calls and await self._direct_publishing():
-            await self._publish_direct(calls, before)
+            await self._publish_direct(calls, lead[0])
             return
+        before, lead[0] = lead[0], None
         if before is not None:
             await before.send_alone(self.redis)
         if not calls:

@@ -208,10 +208,7 @@ class JournalOpening:
         return True
 
     def add_to(self, pipe: Any) -> None:
-        """The journal's write, in ``pipe``; nothing once settled (a publish retried through
-        an outage after its first try settled it: written, or the batch runs without)."""
-        if self.entry is not None:
-            journal_commands(pipe, self._keys, self.entry, ttl_s=self._ttl_s)
+        journal_commands(pipe, self._keys, self._unsent(), ttl_s=self._ttl_s)
 
     def _unsent(self) -> JournalEntry:
         if self.entry is None:
@@ -241,10 +238,7 @@ class JournalOpening:
         await self.send_alone(client)
 
     async def send_alone(self, client: aioredis.Redis) -> None:
-        """The claimer's write when it cannot ride in a publishing pipeline; then settled.
-        Nothing once settled (a publish retried through an outage)."""
-        if self.entry is None:
-            return
+        """The claimer's write when it cannot ride in a publishing pipeline; then settled."""
         error: BaseException | None = None
         try:
             await asyncio.wait_for(
