@@ -20,6 +20,7 @@ __all__ = [
     "SESSION_KEY",
     "LimitScope",
     "RateLimit",
+    "limit_fields",
     "limit_scope",
     "limit_wait_of",
     "retry_after_text",
@@ -115,6 +116,17 @@ def limit_scope(
     if len(text) > _MAX_SCOPE_CHARS:
         value = "sha256:" + hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()
     return LimitScope(f"{limit_key}={value}", f"{limit_key} {shown!r}")
+
+
+def limit_fields(tool: Any, limit_wait_s: float, session_id: str | None) -> dict[str, Any]:
+    """The CallMessage fields the worker needs to hold ``tool``'s limits (a Tool); none for
+    a tool without limits, whose message stays as it always was."""
+    if not tool.limited:
+        return {}
+    fields: dict[str, Any] = {"limit_wait_s": limit_wait_s}
+    if tool.limit_key == SESSION_KEY:
+        fields["session_id"] = session_id
+    return fields
 
 
 def limit_wait_of(limit_wait_s: float | None) -> float:

@@ -46,6 +46,8 @@ class BundleStore:
 
     def __init__(self, store: AsyncRecordStore, hostname: str) -> None:
         self.store = store
+        # The worker's client, for what a call does besides its record (its limits).
+        self.client = store.client
         self.hostname = hostname
         # Per call id, in order (a batch may hold one call id twice): prefetched answers.
         self._begun: dict[str, list[tuple[StartFinding, StartedMarker]]] = {}

@@ -21,6 +21,7 @@ from toolfleet.schemas.liveness import HEARTBEAT_STALE_S, StartedMarker
 from toolfleet.schemas.outage import through_outage
 from toolfleet.schemas.settings import Settings
 from toolfleet.schemas.wire import CallResult
+from toolfleet.workers.limit_scripts import SLOT_RENEW_SCRIPT
 from toolfleet.workers.record_scripts import (
     FINISH_SCRIPT,
     RELEASE_SCRIPT,
@@ -250,6 +251,7 @@ class SyncRecordStore:
         self.client = client
         self.keys = keys
         self.record_ttl_s = record_ttl_s
+        self._renew = client.register_script(SLOT_RENEW_SCRIPT)
 
     @classmethod
     def from_url(cls, url: str, keys: Keys, *, record_ttl_s: int) -> SyncRecordStore:
@@ -274,6 +276,14 @@ class SyncRecordStore:
         pipe.execute()
         return True
 
+    def renew(self, leases: dict[str, str], lease_s: float) -> None:
+        """Renew each running call's concurrency slot (``leases``: call id -> slot key) for
+        another ``lease_s``, on the Redis server's clock (toolfleet.workers.limits)."""
+        pipe = self.client.pipeline(transaction=False)
+        for call_id, slot_key in leases.items():
+            self._renew(keys=[slot_key], args=[repr(lease_s), call_id], client=pipe)
+        pipe.execute()
+
     def beat(self, markers: dict[str, StartedMarker]) -> None:
         now = time.time()
         pipe = self.client.pipeline(transaction=False)
@@ -285,15 +295,24 @@ class SyncRecordStore:
 
 
 class Heartbeat:
-    """One daemon thread per process refreshing the started markers of its running calls.
+    """One daemon thread per process refreshing the started markers of its running calls,
+    and the leases of the concurrency slots they hold.
 
     A thread, not a coroutine: a blocking sync tool holds the event loop for its whole run.
     """
 
-    def __init__(self, store: SyncRecordStore, interval_s: float = HEARTBEAT_INTERVAL_S) -> None:
+    def __init__(
+        self,
+        store: SyncRecordStore,
+        interval_s: float = HEARTBEAT_INTERVAL_S,
+        lease_s: float = HEARTBEAT_STALE_S,
+    ) -> None:
         self._store = store
         self._interval_s = interval_s
+        self._lease_s = lease_s
         self._running: dict[str, StartedMarker] = {}
+        # Call id -> the slot key it holds a lease in (toolfleet.workers.limits).
+        self._leases: dict[str, str] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -311,6 +330,17 @@ class Heartbeat:
     def discard(self, call_id: str) -> None:
         with self._lock:
             self._running.pop(call_id, None)
+            self._leases.pop(call_id, None)
+
+    def lease(self, call_id: str, slot_key: str) -> None:
+        """Renew ``call_id``'s slot lease in ``slot_key`` with each beat, while it runs (the
+        call is :meth:`add`-ed already, so the thread is running)."""
+        with self._lock:
+            self._leases[call_id] = slot_key
+
+    def unlease(self, call_id: str) -> None:
+        with self._lock:
+            self._leases.pop(call_id, None)
 
     def stop(self) -> None:
         self._stop.set()
@@ -319,10 +349,13 @@ class Heartbeat:
         while not self._stop.wait(self._interval_s):
             with self._lock:
                 markers = dict(self._running)
-            if not markers:
-                continue
+                leases = dict(self._leases)
             try:
-                self._store.beat(markers)
+                if markers:
+                    self._store.beat(markers)
+                if leases:
+                    self._store.renew(leases, self._lease_s)
             except redis.RedisError:
-                # A missed beat only risks a duplicate being judged lost later; keep beating.
+                # A missed beat only risks a duplicate being judged lost later (or a slot
+                # lapsing early); keep beating.
                 continue

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -27,7 +28,9 @@ class Session:
     raising, denies the call; the denial is recorded in :attr:`signals` as GateDenied.
     """
 
-    def __init__(self, fleet: Fleet | None = None) -> None:
+    def __init__(self, fleet: Fleet | None = None, *, id: str | None = None) -> None:
+        # What limit_key="session" counts per (docs/controls.md): one id per conversation.
+        self.id = id or str(uuid.uuid4())
         self.fleet = fleet
         self.signals: list[Signal] = []
         self.branches: dict[str, Branch] = {}
