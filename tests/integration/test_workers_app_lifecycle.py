@@ -30,7 +30,7 @@ def toolfleet_receivers(signal: Signal) -> list[Any]:
     for _key, receiver in signal.receivers:
         target = receiver() if isinstance(receiver, weakref.ReferenceType) else receiver
         module = getattr(target, "__module__", "") or ""
-        if module.split(".")[0] in {"workers", "dispatcher", "schemas"}:
+        if module.startswith("toolfleet."):
             found.append(target)
     return found
 
