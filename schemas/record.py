@@ -86,20 +86,39 @@ def bounded_arguments(arguments: Any, secret_args: Collection[str] | None = ()) 
 
 def _surely_small(arguments: Mapping[Any, Any]) -> bool:
     """True when ``arguments`` cannot exceed the preview size as JSON, without encoding them
-    (the journal asks this of every call): short strings and small scalars only."""
-    chars = 0
-    for key, value in arguments.items():
-        if isinstance(value, str):
-            chars += len(value)
-        elif value is None or isinstance(value, bool | float):
-            chars += 24
-        elif isinstance(value, int) and value.bit_length() < 64:
-            chars += 24
-        else:
-            return False
-        chars += len(key) if isinstance(key, str) else 24
-    # JSON escaping writes one character as at most 6 (\uXXXX), and 6 bytes of UTF-8 at most.
-    return chars * 6 + 8 * len(arguments) <= ARGUMENTS_PREVIEW_BYTES
+    (the journal asks this of every call): short strings, small scalars, and small lists and
+    dicts of those, two levels deep at most."""
+    # JSON escaping writes one character as at most 6 (\uXXXX), 6 bytes of UTF-8 at most.
+    budget = ARGUMENTS_PREVIEW_BYTES // 6
+    return _chars_within(arguments, budget, depth=2) is not None
+
+
+def _chars_within(value: Any, budget: int, depth: int) -> int | None:
+    """An upper bound on the characters of ``value``'s JSON if it is at most ``budget``, else
+    None (also for anything it does not judge cheaply)."""
+    if isinstance(value, str):
+        used = len(value) + 2
+    elif value is None or isinstance(value, bool | float):
+        used = 24
+    elif isinstance(value, int):
+        used = 24 if value.bit_length() < 64 else budget + 1
+    elif depth > 0 and isinstance(value, Mapping | list | tuple):
+        used = 2
+        items = value.items() if isinstance(value, Mapping) else ((None, v) for v in value)
+        for key, item in items:
+            if key is not None:
+                if not isinstance(key, str):
+                    return None
+                used += len(key) + 4
+            inner = _chars_within(item, budget - used, depth - 1)
+            if inner is None:
+                return None
+            used += inner + 1
+            if used > budget:
+                return None
+    else:
+        return None
+    return used if used <= budget else None
 
 
 class EventRecord(BaseModel):
