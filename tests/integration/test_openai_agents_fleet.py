@@ -1,8 +1,9 @@
 """The OpenAI Agents SDK on the fleet. ``on_fleet(agent)`` makes a real ``agents.Agent``
 (openai-agents 0.24) run its function tools on real toolfleet workers: one model turn's parallel
 calls are one ``Branch.act`` batch with the SDK's call ids, a failure reaches the model as the
-SDK's tool error text, the branch's hooks and gates apply, and cancelling the run cancels the
-calls on their workers (C9). No network: the model is the SDK's own ``ScriptedModel``.
+SDK's tool error text, the branch's hooks and gates apply, a replayed turn on the same branch is
+not run again (C7), and cancelling the run cancels the calls on their workers (C9). No network:
+the model is the SDK's own ``ScriptedModel``.
 """
 
 from __future__ import annotations
@@ -29,10 +30,9 @@ from agents.tool import default_tool_error_function
 
 from tests.support import sample_tools
 from tests.support.cli_support import toolfleet
-from tests.support.doc_code import doc_blocks
-from tests.support.fleet import REPO_ROOT, WorkerProcess, start_worker
+from tests.support.doc_code import doc_blocks, fleet_for_files
+from tests.support.fleet import REPO_ROOT
 from tests.support.openai_agents_support import call_outputs, calls_turn, scripted
-from tests.support.redis_server import PrivateRedis
 from tests.support.waiting import until, until_async
 from toolfleet.adapters import openai_agents
 from toolfleet.adapters.openai_agents import FleetBinding, binding_of, on_fleet
@@ -148,6 +148,48 @@ def test_one_turns_parallel_calls_run_as_one_batch_on_the_workers_with_the_sdks_
     assert {r.batch_id for r in records} != {None}
     assert len({r.batch_id for r in records}) == 1
     assert [r.event["tool_call_id"] for r in records] == ids
+
+
+@pytest.mark.usefixtures("sync_worker")
+def test_a_replayed_turn_on_the_same_branch_does_not_run_its_tools_again(
+    fleet_settings: Settings, tmp_path: Path
+) -> None:
+    """C7: on one branch, the call_id derives from the SDK's tool_call_id, so a run that
+    replays a turn's ids is answered from the records without running the tools again."""
+    path = tmp_path / "effects.txt"
+    ids = _ids("first", "second")
+    turn = [
+        ("append_line", {"path": str(path), "text": "first"}, ids[0]),
+        ("append_line", {"path": str(path), "text": "second"}, ids[1]),
+    ]
+
+    async def scenario() -> list[tuple[RunResult, ScriptedModel]]:
+        async with Fleet(fleet_settings) as fleet:
+            branch = Branch(fleet=fleet)
+            runs = []
+            for _ in range(2):
+                # The same script each run: a fresh model replays the same tool_call_ids.
+                model = scripted(calls_turn(turn))
+                agent = on_fleet(_sample_agent(model, sample_tools.append_line), branch=branch)
+                result = await Runner.run(agent, "Append.", run_config=RUN)
+                runs.append((result, model))
+            return runs
+
+    (first, first_model), (replayed, replayed_model) = asyncio.run(
+        asyncio.wait_for(scenario(), 120)
+    )
+
+    # Each call ran once: the replayed run did not append again.
+    assert sorted(path.read_text(encoding="utf-8").splitlines()) == ["first", "second"]
+    # Both runs completed, and the replay got the first run's outputs, under the same ids.
+    first_outputs = _outputs(first)
+    assert sorted(first_outputs.values()) == [1, 2]
+    assert _outputs(replayed) == first_outputs
+    assert first_model.last_call is not None and replayed_model.last_call is not None
+    read = call_outputs(first_model.last_call.input)
+    assert list(read) == ids
+    assert call_outputs(replayed_model.last_call.input) == read
+    assert replayed.final_output == first.final_output == " | ".join(read.values())
 
 
 @pytest.mark.usefixtures("sync_worker", "async_worker")
@@ -320,20 +362,8 @@ def doc_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, 
     """The documented files in a folder, and a private broker with a sync and an async worker
     importing its ``sdk_tools``."""
     folder = tmp_path_factory.mktemp("sdk-doc")
-    for name, code in _doc_files().items():
-        (folder / name).write_text(code, encoding="utf-8")
-    server = PrivateRedis()
-    server.start()
-    env = {"PYTHONPATH": os.pathsep.join([str(folder), str(REPO_ROOT)])}
-    started: list[WorkerProcess] = []
-    try:
-        for kind in ("sync", "async"):
-            started.append(start_worker(kind, redis_url=server.url, tools=("sdk_tools",), env=env))
-        yield folder, server.url
-    finally:
-        for worker in started:
-            worker.stop(timeout_s=10)
-        server.kill()
+    with fleet_for_files(folder, _doc_files(), ("sdk_tools",)) as broker_url:
+        yield folder, broker_url
 
 
 def test_the_documented_agent_runs_its_tools_on_the_fleet_with_its_context(
