@@ -23,10 +23,9 @@ from anthropic.types import ToolParam
 from openai.types.chat import ChatCompletionToolParam
 from pydantic import TypeAdapter
 
-from tests.support.doc_code import doc_blocks, printed_files
-from tests.support.fleet import REPO_ROOT, WorkerProcess, start_worker
+from tests.support.doc_code import doc_blocks, fleet_for_files, printed_files
+from tests.support.fleet import REPO_ROOT
 from tests.support.readme_fakes import CALLS
-from tests.support.redis_server import PrivateRedis
 
 TOOL_NAMES = ["divide", "fetch", "whoami", "word_count"]
 
@@ -36,20 +35,8 @@ def readme_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Pat
     """A folder holding the documents' files, and a private broker with a sync and an async
     worker importing its ``mytools``."""
     folder = tmp_path_factory.mktemp("readme")
-    for name, code in printed_files().items():
-        (folder / name).write_text(code, encoding="utf-8")
-    server = PrivateRedis()
-    server.start()
-    env = {"PYTHONPATH": os.pathsep.join([str(folder), str(REPO_ROOT)])}
-    started: list[WorkerProcess] = []
-    try:
-        for kind in ("sync", "async"):
-            started.append(start_worker(kind, redis_url=server.url, tools=("mytools",), env=env))
-        yield folder, server.url
-    finally:
-        for worker in started:
-            worker.stop(timeout_s=10)
-        server.kill()
+    with fleet_for_files(folder, printed_files(), ("mytools",)) as broker_url:
+        yield folder, broker_url
 
 
 def run_agent(folder: Path, broker_url: str, script: str) -> tuple[list[dict[str, Any]], str]:
