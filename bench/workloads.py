@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from bench import agent_loops, fleet, inprocess, lionagi_mode, roundtrips, tools
+from bench import agent_loops, fleet, inprocess, lionagi_mode, progress, roundtrips, tools
 from bench.agent_openai_agents import run as agent_openai_agents
 from bench.celery_app import ECHO, SLEEP_ASYNC, SLEEP_SYNC
 from bench.measure import Result, percentile
@@ -467,6 +467,8 @@ WORKLOADS: dict[str, Callable[[Context], Iterable[Result]]] = {
     "latency": latency,
     "rss": rss,
     "roundtrips": roundtrips_,
+    # A tool's progress report to the dispatcher's callback, and its commands (bench/progress.py).
+    "progress": progress.run,
     # The OpenAI Agents SDK's own tool execution vs on_fleet (bench/agent_openai_agents.py).
     "agent-openai-agents": agent_openai_agents,
     # A framework's own tool execution vs its adapter on the fleet (bench/agent_loops.py).

@@ -12,12 +12,14 @@ from toolfleet.dispatcher.govern.session_signals import (
     GateDenied,
     HistoryWriteFailed,
 )
+from toolfleet.dispatcher.watch.progress_relay import CallProgress
 from toolfleet.schemas.errors import ConfigurationError
 from toolfleet.schemas.provider import render_results
 
 __all__ = [
     "Branch",
     "CallContext",
+    "CallProgress",
     "CallbackFailed",
     "ConfigurationError",
     "Fleet",

@@ -15,12 +15,13 @@ from toolfleet.dispatcher.history.compact import CompactList
 from toolfleet.dispatcher.history.history import load_records
 from toolfleet.dispatcher.history.recorder import EventObserver, HistoryRecorder, MessageCallback
 from toolfleet.dispatcher.history.recover import recover_branch
+from toolfleet.dispatcher.watch.progress_relay import ProgressCallback
 from toolfleet.schemas import tracing
 from toolfleet.schemas.action import ActionResponseModel, CallParams, ToolInvocation
 from toolfleet.schemas.messages import Message
 from toolfleet.schemas.record import EventRecord
 
-__all__ = ["Branch", "MessageCallback", "Scope"]
+__all__ = ["Branch", "MessageCallback", "ProgressCallback", "Scope"]
 
 
 class Scope(Protocol):
@@ -60,6 +61,7 @@ class Branch:
         # Signals of this branch; also appended to the session's signals when bound.
         self.signals: list[Signal] = []
         self._message_callbacks: list[MessageCallback] = []
+        self._progress_callbacks: list[ProgressCallback] = []
         self._recorder = HistoryRecorder(
             self.id,
             hooks=self.hooks,
@@ -100,6 +102,15 @@ class Branch:
         self._message_callbacks.append(callback)
         return callback
 
+    def on_progress(self, callback: ProgressCallback) -> ProgressCallback:
+        """Call ``callback(progress)`` (a ``CallProgress``: call_id, tool, done, total,
+        message) for each progress report of this branch's running calls, in the order each
+        tool made them, at most 10 a second per call (docs/controls.md). Registered before
+        act(); failures are isolated and recorded as CallbackFailed signals. With no
+        callback, workers send nothing."""
+        self._progress_callbacks.append(callback)
+        return callback
+
     async def authorize(self, ctx: CallContext) -> str | None:
         """None to allow ``ctx``, else the denial reason. Standalone branches allow all."""
         if self.session is None:
@@ -114,6 +125,7 @@ class Branch:
         verbose_action: bool = False,
         suppress_errors: bool = True,
         call_params: CallParams | None = None,
+        on_progress: ProgressCallback | None = None,
     ) -> list[ActionResponseModel]:
         """Run one call or a list of calls on the fleet; one result per call, input order.
 
@@ -123,7 +135,10 @@ class Branch:
         of the calls in flight is written. ``call_params`` sets retries, per-call timeout,
         the in-flight window (default ``settings.max_in_flight``), throttle,
         ``return_exceptions`` (exceptions in their slots) and ``output_dropna``.
+        ``on_progress``: a progress callback for this act()'s calls only, besides the
+        branch's (:meth:`on_progress`).
         """
+        progress = [*self._progress_callbacks, *([on_progress] if on_progress else [])]
         batch = Batch(
             self.fleet,
             action_request,
@@ -133,6 +148,8 @@ class Branch:
             verbose_action=verbose_action,
             suppress_errors=suppress_errors,
             call_params=call_params,
+            on_progress=progress,
+            session_id=getattr(self.session, "id", None),
         )
         if not batch.items:
             return []
@@ -152,6 +169,7 @@ class Branch:
         verbose_action: bool = False,
         suppress_errors: bool = True,
         call_params: CallParams | None = None,
+        on_progress: ProgressCallback | None = None,
     ) -> list[ActionResponseModel]:
         """:meth:`act` for synchronous code: runs the batch on a private event loop and
         closes the fleet's clients of that loop before returning. Same arguments, same
@@ -168,6 +186,7 @@ class Branch:
                 verbose_action=verbose_action,
                 suppress_errors=suppress_errors,
                 call_params=call_params,
+                on_progress=on_progress,
             ),
             close=fleet.aclose,
         )

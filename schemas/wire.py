@@ -29,6 +29,17 @@ class CallMessage(BaseModel):
     reply_to: str | None = None
     # The act() batch (its journal under Keys.batch) this call belongs to; None outside one.
     batch_id: str | None = None
+    # The session of the call's branch (Session.id), for limit_key="session"; None: none.
+    # How long the worker lets the call wait for its tool's rate limit or concurrency cap
+    # before it ends FAILED RateLimitedError (CallParams.limit_wait_s, sent for a tool with a
+    # limit); None: toolfleet.schemas.limits.DEFAULT_LIMIT_WAIT_S. Both are left out of the
+    # message when None, so the call of a tool without limits is the message it always was.
+    session_id: str | None = Field(default=None, exclude_if=lambda value: value is None)
+    limit_wait_s: float | None = Field(default=None, ge=0, exclude_if=lambda value: value is None)
+    # The dispatcher listens for the tool's progress reports (toolfleet.schemas.progress), which
+    # then go to reply_to. Left out of the message when False, so a call that asks for none
+    # is the message it always was (and a worker without progress support still reads it).
+    progress: bool = Field(default=False, exclude_if=lambda listening: not listening)
     # The dispatcher's trace context (toolfleet.schemas.tracing.carrier()): not part of the body, it
     # travels in the Celery message headers, so a worker's span joins the caller's trace.
     _trace: dict[str, str] | None = PrivateAttr(default=None)

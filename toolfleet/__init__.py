@@ -18,6 +18,7 @@ if TYPE_CHECKING:
         Branch,
         CallbackFailed,
         CallContext,
+        CallProgress,
         Fleet,
         GateDenied,
         HistoryWriteFailed,
@@ -39,9 +40,11 @@ if TYPE_CHECKING:
         DuplicateToolError,
         EmbeddedStartError,
         MalformedRequestError,
+        NoCurrentCallError,
         NotJSONError,
         NoWorkerError,
         OversizedArgumentsError,
+        RateLimitedError,
         RefusedCallError,
         ToolfleetError,
         ToolTimeoutError,
@@ -52,6 +55,7 @@ if TYPE_CHECKING:
     from toolfleet.schemas.record import EventRecord
     from toolfleet.schemas.settings import Settings
     from toolfleet.schemas.status import EventStatus
+    from toolfleet.workers.current_call import CurrentCall, current_call
     from toolfleet.workers.registry import Registry, registry, tool
 
 # Where each public name lives; resolved by __getattr__ below.
@@ -60,6 +64,7 @@ _HOMES: dict[str, str] = {
         (
             "Branch",
             "CallContext",
+            "CallProgress",
             "CallbackFailed",
             "Fleet",
             "GateDenied",
@@ -87,9 +92,11 @@ _HOMES: dict[str, str] = {
             "DuplicateToolError",
             "EmbeddedStartError",
             "MalformedRequestError",
+            "NoCurrentCallError",
             "NoWorkerError",
             "NotJSONError",
             "OversizedArgumentsError",
+            "RateLimitedError",
             "RefusedCallError",
             "ToolTimeoutError",
             "ToolfleetError",
@@ -103,6 +110,7 @@ _HOMES: dict[str, str] = {
     "Settings": "toolfleet.schemas.settings",
     "EventStatus": "toolfleet.schemas.status",
     **dict.fromkeys(("Registry", "registry", "tool"), "toolfleet.workers.registry"),
+    **dict.fromkeys(("CurrentCall", "current_call"), "toolfleet.workers.current_call"),
 }
 
 __all__ = [
@@ -113,8 +121,10 @@ __all__ = [
     "CallContext",
     "CallLostError",
     "CallParams",
+    "CallProgress",
     "CallbackFailed",
     "ConfigurationError",
+    "CurrentCall",
     "DispatcherLostError",
     "DuplicateToolError",
     "EmbeddedStartError",
@@ -126,11 +136,13 @@ __all__ = [
     "HookBus",
     "HookPoint",
     "MalformedRequestError",
+    "NoCurrentCallError",
     "NoWorkerError",
     "NotJSONError",
     "OversizedArgumentsError",
     "PermissionDecision",
     "PermissionPolicy",
+    "RateLimitedError",
     "RefusedCallError",
     "Registry",
     "Session",
@@ -141,6 +153,7 @@ __all__ = [
     "ToolfleetError",
     "UnknownToolError",
     "WorkerLostError",
+    "current_call",
     "registry",
     "render_results",
     "tool",

@@ -9,7 +9,6 @@ loop thread) and batches (:mod:`toolfleet.workers.bundle`, through the batch's o
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import os
 import socket
 from collections.abc import Callable
@@ -22,6 +21,7 @@ from pydantic import ValidationError
 from toolfleet.schemas import tracing
 from toolfleet.schemas.errors import (
     MalformedRequestError,
+    RateLimitedError,
     RefusedCallError,
     ToolfleetError,
     ToolTimeoutError,
@@ -30,22 +30,19 @@ from toolfleet.schemas.errors import (
 )
 from toolfleet.schemas.function_calling import FunctionCalling
 from toolfleet.schemas.record import not_run_result
+from toolfleet.schemas.settings import Settings
 from toolfleet.schemas.status import EventStatus
 from toolfleet.schemas.tool import Tool, ToolKind
 from toolfleet.schemas.wire import CallMessage, CallResult
-from toolfleet.workers.alarm import sync_tool_deadline
+from toolfleet.workers.alarm import per_call_alarm, sync_tool_deadline
+from toolfleet.workers.current_call import CurrentCall, bind_call, running_message
 from toolfleet.workers.failure import rebuild_error
 from toolfleet.workers.guard import check_call, reply_to_problem
+from toolfleet.workers.limits import acquire_limits, forget_slot, limits_client, release_limits
 from toolfleet.workers.runtime import CallRuntime, CallStore
 from toolfleet.workers.store import StartedMarker
 
-__all__ = ["Outcome", "current_call", "execute_async"]
-
-# Per-call context. Celery's task.request is a thread-local stack: wrong for coroutines
-# sharing one loop thread, so the message being run lives here.
-current_call: contextvars.ContextVar[CallMessage | None] = contextvars.ContextVar(
-    "toolfleet_current_call", default=None
-)
+__all__ = ["Outcome", "execute_async"]
 
 # Poll period while a live duplicate delivery waits for the holder's terminal record.
 _DUPLICATE_POLL_S = 0.2
@@ -85,7 +82,7 @@ async def execute_async(
     msg = _parse(message)
     host = hostname or _default_hostname()
     with tracing.worker_span(msg, host, trace) as span:
-        token = current_call.set(msg)
+        token = running_message.set(msg)
         try:
             outcome = await _execute(msg, runtime, host, limit_s, cancel_is_final, pool)
         except asyncio.CancelledError as exc:
@@ -97,7 +94,7 @@ async def execute_async(
                 _finish_failed(store, msg, None, exc, host, status=EventStatus.CANCELLED)
             )
         finally:
-            current_call.reset(token)
+            running_message.reset(token)
         tracing.set_result_status(span, outcome.result)
         return outcome
 
@@ -141,21 +138,75 @@ async def _execute(
         finished = await _wait_for_live_holder(store, msg, holder)
         if finished is not None:
             return Outcome(finished, rebuild_error(finished))
-        if not tool.idempotent:
+        if not (tool.idempotent or tool.read_only):
             lost = WorkerLostError(
                 f"worker {holder.worker} was lost while running call {msg.call_id} of tool "
                 f"{tool.function!r}; not re-run because the tool is not idempotent=True "
-                f"(mark it @tool(idempotent=True) if running it twice is safe)"
+                f"nor read_only=True (mark it @tool(idempotent=True) if running it twice is "
+                f"safe)"
             )
+            if tool.max_concurrency is not None:
+                # The lost run's slot: not re-run, so give it back now, not at its lapse.
+                await forget_slot(limits_client(store), runtime.keys, tool, msg)
             return await _finish_failed(store, msg, tool, lost, hostname)
         # Another redelivery may take over first; then it is the live holder to wait for.
         holder = await store.take_over(msg.call_id, marker)
 
     runtime.heartbeat.add(msg.call_id, marker)
     try:
-        return await _run_tool(store, msg, tool, hostname, limit_s, cancel_is_final)
+        if tool.limited:
+            return await _run_limited(
+                store, runtime, msg, tool, hostname, limit_s, cancel_is_final, pool
+            )
+        return await _run_tool(
+            store, msg, tool, hostname, limit_s, cancel_is_final, settings=runtime.settings
+        )
     finally:
         runtime.heartbeat.discard(msg.call_id)
+
+
+async def _run_limited(
+    store: CallStore,
+    runtime: CallRuntime,
+    msg: CallMessage,
+    tool: Tool,
+    hostname: str,
+    limit_s: float | None,
+    cancel_is_final: Callable[[], bool],
+    pool: ToolKind | None,
+) -> Outcome:
+    """Run a call of a tool with a rate limit or concurrency cap: past both first (waiting
+    at most the call's limit_wait_s, toolfleet.workers.limits), else FAILED RateLimitedError."""
+    client = limits_client(store)
+    try:
+        held = await acquire_limits(
+            client,
+            runtime.keys,
+            tool,
+            msg,
+            heartbeat=runtime.heartbeat,
+            outage_limit_s=runtime.settings.outage_limit_s,
+        )
+    except RateLimitedError as exc:
+        return await _finish_failed(store, msg, tool, exc, hostname)
+    if held.waited:
+        # Stopped while it waited (a deadline, a cancel: recorded by the dispatcher)? Then
+        # it is not run at all.
+        stored = await store.terminal(msg.call_id)
+        if stored is not None and stored.attempt >= msg.attempt:
+            await asyncio.shield(release_limits(client, held, runtime.heartbeat))
+            return Outcome(stored, rebuild_error(stored))
+    # On prefork the message's Celery time limit has room for the wait (send_options), so
+    # the tool's own timeout_s is armed here, from its start (toolfleet.workers.alarm).
+    alarm = per_call_alarm.set(True) if pool == "sync" else None
+    try:
+        return await _run_tool(
+            store, msg, tool, hostname, limit_s, cancel_is_final, settings=runtime.settings
+        )
+    finally:
+        if alarm is not None:
+            per_call_alarm.reset(alarm)
+        await asyncio.shield(release_limits(client, held, runtime.heartbeat))
 
 
 async def _run_tool(
@@ -165,6 +216,8 @@ async def _run_tool(
     hostname: str,
     limit_s: float | None,
     cancel_is_final: Callable[[], bool],
+    *,
+    settings: Settings | None = None,
 ) -> Outcome:
     timeout_s = _effective_timeout(msg.timeout_s or tool.timeout_s, limit_s)
     try:
@@ -174,8 +227,15 @@ async def _run_tool(
     try:
         attributes = {tracing.ATTR_FUNCTION: tool.function}
         with tracing.span(f"toolfleet.tool {tool.function}", attributes) as tool_span:
-            with sync_tool_deadline(tool, timeout_s):
-                await call.invoke()
+            current = CurrentCall(msg, settings, tool_span)  # current_call() in the tool
+            try:
+                with bind_call(current), sync_tool_deadline(tool, timeout_s):
+                    await call.invoke()
+            except BaseException:
+                current.close()
+                raise
+            # The tool's last progress report is pushed before its record (never after it).
+            await current.settle()
             # What the tool raised (caught by invoke) makes its own span ERROR too.
             error = _tool_error(call, tool, timeout_s, limit_s)
             tracing.record_error(tool_span, error, message=not tool.secret_args)

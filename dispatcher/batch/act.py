@@ -34,6 +34,7 @@ from toolfleet.dispatcher.history.history import CallReturn, Unit
 from toolfleet.dispatcher.history.journal import BatchJournal
 from toolfleet.dispatcher.history.recorder import HistoryRecorder
 from toolfleet.dispatcher.watch.cancel import cancelled_error, settle_calls, stopped_result
+from toolfleet.dispatcher.watch.progress_relay import ProgressCallback, ProgressRelay
 from toolfleet.schemas.action import CallParams
 from toolfleet.schemas.errors import ConfigurationError
 from toolfleet.schemas.status import EventStatus
@@ -59,6 +60,8 @@ class Batch:
         verbose_action: bool,
         suppress_errors: bool,
         call_params: CallParams | None,
+        on_progress: Sequence[ProgressCallback] = (),
+        session_id: str | None = None,
     ) -> None:
         if strategy not in STRATEGIES:
             raise ConfigurationError(
@@ -85,6 +88,12 @@ class Batch:
             durable=recorder.history.durable,
             signal=recorder.signal,
         )
+        # Only when someone listens do the calls' messages ask their workers for progress.
+        self._progress = (
+            ProgressRelay(on_progress, branch_id=branch_id, signal=recorder.signal)
+            if on_progress
+            else None
+        )
         self._window: Window[Item] = Window(
             self.params.max_concurrent or fleet.settings.max_in_flight,
             self._run_one,
@@ -102,6 +111,8 @@ class Batch:
             suppress_errors=suppress_errors,
             verbose=verbose_action,
             stopped=lambda: self._window.stopped,
+            progress=self._progress,
+            session_id=session_id,
         )
         self._writer = InOrderWriter(
             len(self.items),
@@ -125,9 +136,13 @@ class Batch:
             # unfinished call is recorded CANCELLED and stopped on the fleet before the
             # exception goes on. Shielded, so a second cancel cannot leave it half-recorded.
             await asyncio.shield(self._finish_cancelled())
+            if self._progress is not None:
+                await self._progress.aclose(drain=False)
             raise
         finally:
             await self._transaction.publisher.aclose()
+        if self._progress is not None:
+            await self._progress.aclose()  # every report received is handed over first
         await self._journal.finish(closed_by_write=self._writer.closing_written)
         return self._results(units)
 

@@ -36,6 +36,7 @@ from toolfleet.dispatcher.history.history import Unit
 from toolfleet.dispatcher.history.recorder import SignalSink
 from toolfleet.dispatcher.send.publisher import Publisher
 from toolfleet.dispatcher.watch.cancel import StragglerBuffer, stopped_result
+from toolfleet.dispatcher.watch.progress_relay import ProgressRelay
 from toolfleet.schemas import tracing
 from toolfleet.schemas.action import CallParams
 from toolfleet.schemas.contract import check_arguments, safe_repr, safe_text
@@ -49,6 +50,7 @@ from toolfleet.schemas.errors import (
     UnknownToolError,
 )
 from toolfleet.schemas.function_calling import normalize_arguments
+from toolfleet.schemas.limits import limit_fields
 from toolfleet.schemas.record import EventRecord, bounded_arguments, shown_arguments
 from toolfleet.schemas.serialize import format_error
 from toolfleet.schemas.status import EventStatus
@@ -145,6 +147,8 @@ class Transaction:
         suppress_errors: bool,
         verbose: bool,
         stopped: Callable[[], bool],
+        progress: ProgressRelay | None = None,
+        session_id: str | None = None,
     ) -> None:
         self.fleet = fleet
         self.params = params
@@ -156,6 +160,10 @@ class Transaction:
         self.suppress = suppress_errors
         self._verbose = verbose
         self._stopped = stopped
+        # Set when someone listens for progress: each call's message asks for reports.
+        self.progress = progress
+        # The branch's session (for a tool whose limits count per session).
+        self.session_id = session_id
         self.deadline = Deadline.start(params)
         self.publisher = Publisher(fleet, bundle_size=params.bundle_size)
         self._settler = StragglerBuffer(fleet)
@@ -238,6 +246,15 @@ class Transaction:
 
     async def execute(self, ctx: CallContext) -> Unit:
         """Enqueue the call and wait for its record; re-run FAILED attempts per CallParams."""
+        if self.progress is None:
+            return await self._attempts(ctx)
+        self.fleet.collector.listen(ctx.call_id, self.progress.push)
+        try:
+            return await self._attempts(ctx)
+        finally:
+            self.fleet.collector.unlisten(ctx.call_id)
+
+    async def _attempts(self, ctx: CallContext) -> Unit:
         events: list[EventRecord] = []
         delay_s = self.params.retry_initial_delay_s
         attempt = 0
@@ -269,6 +286,8 @@ class Transaction:
             attempt=attempt,
             reply_to=self.fleet.reply_key,
             batch_id=self.batch_id,
+            progress=self.progress is not None,
+            **limit_fields(ctx.tool, self.params.limit_wait_s, self.session_id),
         )
         if self.deadline.expired():
             # The batch deadline passed while this call waited for the window: never enqueued.

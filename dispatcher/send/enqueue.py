@@ -18,6 +18,7 @@ from toolfleet.dispatcher.send.bundles import publishing
 from toolfleet.schemas import tracing
 from toolfleet.schemas.function_calling import redact
 from toolfleet.schemas.keys import Keys
+from toolfleet.schemas.limits import limit_wait_of
 from toolfleet.schemas.outage import broker_unreachable
 from toolfleet.schemas.settings import Settings
 from toolfleet.schemas.tasks import EXECUTE_TASK, task_id_for
@@ -80,7 +81,11 @@ def send_options(
     queue = settings.queue_for(tool.kind)
     limit_s = message.timeout_s or tool.timeout_s
     if tool.kind != "async" and limit_s:
-        # The prefork pool interrupts a blocking tool with SoftTimeLimitExceeded.
+        # The prefork pool interrupts a blocking tool with SoftTimeLimitExceeded. A call of a
+        # tool with limits may first wait for them: the worker then arms timeout_s itself
+        # when the tool starts (toolfleet.workers.limits).
+        if tool.limited:
+            limit_s += limit_wait_of(message.limit_wait_s)
         options["soft_time_limit"] = limit_s
         options["time_limit"] = hard_limit_s(limit_s)
     return queue, options

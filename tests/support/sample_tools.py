@@ -9,6 +9,7 @@ import threading
 import time
 from typing import Any
 
+from toolfleet.workers.current_call import current_call
 from toolfleet.workers.registry import tool
 
 __all__ = [
@@ -17,6 +18,9 @@ __all__ = [
     "append_line_idempotent",
     "append_then_sleep",
     "blocks_loop",
+    "count_async",
+    "count_sync",
+    "count_sync_idempotent",
     "echo",
     "fail",
     "fail_async",
@@ -173,3 +177,31 @@ async def blocks_loop(seconds: float) -> float:
     """Wrongly blocks its event loop (time.sleep inside async def): the pool must name it."""
     time.sleep(seconds)  # noqa: ASYNC251 - the blocking call is what this tool is for
     return seconds
+
+
+# Progress (docs/controls.md): each reports step i of n, ``delay_s`` apart.
+
+
+@tool
+def count_sync(n: int, delay_s: float = 0.0) -> int:
+    call = current_call()
+    for i in range(1, n + 1):
+        if delay_s:
+            time.sleep(delay_s)
+        call.progress(i, total=n, message=f"step {i} of {n}")
+    return n
+
+
+@tool(idempotent=True)
+def count_sync_idempotent(n: int, delay_s: float = 0.0) -> int:
+    return count_sync(n, delay_s)
+
+
+@tool
+async def count_async(n: int, delay_s: float = 0.0) -> int:
+    call = current_call()
+    for i in range(1, n + 1):
+        if delay_s:
+            await asyncio.sleep(delay_s)
+        call.progress(i, total=n, message=f"step {i} of {n}")
+    return n

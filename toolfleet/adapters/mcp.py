@@ -6,7 +6,9 @@ onto toolfleet: ``tools/list`` is ``registry.specs(format="mcp")`` plus each too
 ``tools/call`` is ``branch.act([call])`` on the branch of the caller's MCP session, a dict output
 is also the result's ``structuredContent``, a tool failure or a denied call is a result with
 ``isError`` (never a protocol error), and a client's ``notifications/cancelled`` cancels the
-act(), which cancels the call on the fleet (C9).
+act(), which cancels the call on the fleet (C9). When the request carries a progress token,
+the tool's ``current_call().progress()`` reports become ``notifications/progress`` for it
+(without one, the call asks its worker for none).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from toolfleet.dispatcher.branch import Branch
 from toolfleet.dispatcher.fleet import Fleet
 from toolfleet.dispatcher.govern.session import Gate, Session
 from toolfleet.dispatcher.govern.session_signals import GateDenied
+from toolfleet.dispatcher.watch.progress_relay import CallProgress, ProgressCallback
 from toolfleet.schemas.action import ActionResponseModel, CallParams
 from toolfleet.schemas.status import EventStatus
 from toolfleet.schemas.tool import Tool
@@ -139,7 +142,9 @@ class FleetMcpServer:
                 f"unknown tool {params.name!r}; this server's tools are: {known}", branch, None
             )
         request = {"function": params.name, "arguments": dict(params.arguments or {})}
-        act = asyncio.ensure_future(branch.act([request], call_params=self.call_params))
+        act = asyncio.ensure_future(
+            branch.act([request], call_params=self.call_params, on_progress=_progress_to(ctx))
+        )
         try:
             # Shielded, so the client's cancel reaches act() once, below, not at every
             # await while it records the call CANCELLED on the fleet.
@@ -198,6 +203,20 @@ class FleetMcpServer:
         return _error_result(
             f"tool {result.function!r} {result.status.value}: {result.error}", branch, call_id
         )
+
+
+def _progress_to(ctx: Any) -> ProgressCallback | None:
+    """A progress callback sending ``notifications/progress`` for the request of ``ctx``,
+    when its client sent a progress token; None otherwise (nobody listens)."""
+    meta = getattr(ctx, "meta", None) or {}
+    session = getattr(ctx, "session", None)
+    if meta.get("progress_token") is None or session is None:
+        return None
+
+    async def report(progress: CallProgress) -> None:
+        await session.report_progress(progress.done, progress.total, progress.message)
+
+    return report
 
 
 def tool_annotations(tool: Tool) -> types.ToolAnnotations:

@@ -7,6 +7,9 @@ Progress counts each call once, at the first of: its result arriving from a work
 through :meth:`Fleet.expect`, in completion order) or its event being written (the session's
 observer, in input order; this also covers calls aborted before enqueue). Denied calls have
 neither and are counted when the batch ends; the returned records are the truth.
+
+``on_call_progress`` gets the progress reports of running calls (``Branch.on_progress``), and
+``on_call_end`` each call's id once its result is in, so a screen can drop its line.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from toolfleet.cli.batch_file import BatchLine
 from toolfleet.cli.call_record import CallRecord, Outcome
 from toolfleet.dispatcher.fleet import Fleet
 from toolfleet.dispatcher.govern.session import Gate, Session
+from toolfleet.dispatcher.watch.progress_relay import CallProgress
 from toolfleet.schemas.action import ActionResponseModel, CallParams
 from toolfleet.schemas.messages import ActionResponse, Message
 from toolfleet.schemas.record import EventRecord
@@ -107,6 +111,8 @@ async def run_batch(
     on_progress: ProgressCallback | None = None,
     branch_id: str | None = None,
     on_record: RecordCallback | None = None,
+    on_call_progress: Callable[[CallProgress], None] | None = None,
+    on_call_end: Callable[[str], None] | None = None,
 ) -> BatchResult:
     """Run every well-formed line as one ``act()``; malformed lines become error records.
 
@@ -116,6 +122,8 @@ async def run_batch(
     counted: set[str] = set()
 
     def count(call_id: str | None, status: str) -> None:
+        if on_call_end is not None and call_id is not None:
+            on_call_end(call_id)
         if on_progress is None or call_id is None or call_id in counted:
             return
         counted.add(call_id)
@@ -142,6 +150,8 @@ async def run_batch(
         calls = [line for line in lines if line.error is None]
         if on_record is not None:
             branch.on_message(_streamer(calls, statuses, durations, on_record))
+        if on_call_progress is not None:
+            branch.on_progress(on_call_progress)
         for line in lines:
             if line.error is not None and on_progress is not None:
                 on_progress("malformed")

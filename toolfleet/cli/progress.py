@@ -1,8 +1,9 @@
 """What ``toolfleet run`` shows a person: a live progress bar and a closing summary.
 
 The bar counts done / failed / denied, calls per second and the ETA; it is drawn only when the
-output is a terminal. The summary table gives counts by outcome, the slowest tools and the
-total time.
+output is a terminal. Under it, up to :data:`CALL_ROWS` running calls whose tools report
+progress (``current_call().progress()``) get a line each: tool, message, done / total. The
+summary table gives counts by outcome, the slowest tools and the total time.
 """
 
 from __future__ import annotations
@@ -28,8 +29,10 @@ from rich.table import Table
 from rich.text import Text
 
 from toolfleet.cli.call_record import OUTCOMES, CallRecord
+from toolfleet.dispatcher.watch.progress_relay import CallProgress
 
 __all__ = [
+    "CALL_ROWS",
     "PROBLEMS_MAX_ROWS",
     "BatchProgress",
     "render_problems",
@@ -47,8 +50,15 @@ _OUTCOME_STYLE = {
 }
 
 
+# Running calls shown with their progress under the bar, at most this many at once.
+CALL_ROWS = 5
+_CALL_LABEL_CHARS = 40
+
+
 class _RateColumn(ProgressColumn):
     def render(self, task: Task) -> Text:
+        if "call" in task.fields:
+            return Text("")
         elapsed = task.elapsed or 0.0
         rate = task.completed / elapsed if elapsed > 0 else 0.0
         return Text(f"{rate:,.1f} calls/s", style="cyan")
@@ -56,6 +66,9 @@ class _RateColumn(ProgressColumn):
 
 class _CountsColumn(ProgressColumn):
     def render(self, task: Task) -> Text:
+        label = task.fields.get("call")
+        if label is not None:  # a running call's line: its tool and latest message
+            return Text(label, style="cyan", no_wrap=True, overflow="ellipsis")
         counts: Counter[str] = task.fields.get("counts", Counter())
         text = Text(no_wrap=True)
         for outcome in ("done", "failed", "denied"):
@@ -92,6 +105,8 @@ class BatchProgress:
         self._progress: Progress | None = None
         self._task_id: Any = None
         self._handler: logging.Handler | None = None
+        # call_id -> its line's task, for running calls that reported progress.
+        self._calls: dict[str, Any] = {}
         if enabled and console.is_terminal:
             # Sized to fit an 80-column terminal on one line.
             self._progress = Progress(
@@ -99,13 +114,15 @@ class BatchProgress:
                 MofNCompleteColumn(),
                 _CountsColumn(),
                 _RateColumn(),
-                TextColumn("ETA"),
+                TextColumn("{task.fields[eta]}"),
                 TimeRemainingColumn(),
                 console=console,
                 transient=False,
                 refresh_per_second=10,
             )
-            self._task_id = self._progress.add_task("calls", total=total, counts=self.counts)
+            self._task_id = self._progress.add_task(
+                "calls", total=total, counts=self.counts, eta="ETA"
+            )
 
     def __enter__(self) -> BatchProgress:
         if self._progress is not None:
@@ -133,6 +150,33 @@ class BatchProgress:
         self.counts[outcome] += 1
         if self._progress is not None:
             self._progress.update(self._task_id, advance=1, counts=self.counts)
+
+    @property
+    def live(self) -> bool:
+        """Whether a bar is drawn (so progress reports are worth asking workers for)."""
+        return self._progress is not None
+
+    def show_call(self, progress: CallProgress) -> None:
+        """A running call's latest progress report (``Branch.on_progress``)."""
+        if self._progress is None:
+            return
+        label = f"{progress.tool}: {progress.message}" if progress.message else progress.tool
+        if len(label) > _CALL_LABEL_CHARS:
+            label = label[: _CALL_LABEL_CHARS - 1] + "…"
+        task_id = self._calls.get(progress.call_id)
+        if task_id is None:
+            if len(self._calls) >= CALL_ROWS:
+                return
+            task_id = self._calls[progress.call_id] = self._progress.add_task(
+                "call", total=progress.total, call=label, eta=""
+            )
+        self._progress.update(task_id, total=progress.total, completed=progress.done, call=label)
+
+    def end_call(self, call_id: str) -> None:
+        """A call's result is in: its progress line goes."""
+        task_id = self._calls.pop(call_id, None)
+        if task_id is not None and self._progress is not None:
+            self._progress.remove_task(task_id)
 
     def finish(self, records: list[CallRecord]) -> None:
         """Replace the live counts with the batch's final results, which are the truth

@@ -320,6 +320,9 @@ def _execute(
                     on_progress=progress.advance_outcome,
                     branch_id=branch_id,
                     on_record=on_record,
+                    # Workers send progress only while a bar shows it.
+                    on_call_progress=progress.show_call if progress.live else None,
+                    on_call_end=progress.end_call if progress.live else None,
                 )
             )
             progress.finish(result.records)
