@@ -158,7 +158,10 @@ class _AofSampler:
         self._stop.set()
         self._thread.join()
         now = time.monotonic()
-        older = [s for s in self.samples if now - s[0] >= seconds]
+        # The newest sample at least ``seconds`` old; on a fast machine the kill can come
+        # sooner than that after sampling began, and then the oldest sample (less is lost).
+        older = [s for s in self.samples if now - s[0] >= seconds] or self.samples[:1]
+        assert older, "no AOF sample was taken before the crash"
         _t, path, size, _ledger_lines = older[-1]
         assert path.stat().st_size > size, "no write in the last second to lose"
         with open(path, "r+b") as f:
