@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import time
 import uuid
 import warnings
 from collections.abc import Iterator, Sequence
@@ -30,9 +29,8 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.prebuilt import ToolNode, create_react_agent, tools_condition
 
 from tests.support import sample_tools
-from tests.support.agent_fleet import AgentFleet, agent_fleet
+from tests.support.agent_fleet import AgentFleet, agent_fleet, cancel_once_running
 from tests.support.fleet import REPO_ROOT
-from tests.support.waiting import until_async
 from toolfleet import Branch, Fleet, HookPoint, PermissionPolicy, Session
 from toolfleet.adapters.langgraph import FleetToolNode
 from toolfleet.schemas.errors import ConfigurationError
@@ -300,20 +298,7 @@ def test_cancelling_the_graph_run_cancels_the_calls_on_the_workers(
         node.hooks.on(HookPoint.TOOL_PRE, lambda p: started.append(p["call_id"]))
         graph = agent_graph(model, node)
         task = asyncio.ensure_future(graph.ainvoke({"messages": [HumanMessage("go")]}, config))
-        await until_async(
-            lambda: (
-                len(started) == 2 and all(redis_client.exists(keys.started(c)) for c in started)
-            ),
-            timeout_s=15,
-            interval_s=0.02,
-            what="both calls running on the async worker",
-            while_running=task,
-        )
-        cancelled_at = time.monotonic()
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-        elapsed = time.monotonic() - cancelled_at
+        elapsed = await cancel_once_running(task, started, redis_client, keys)
         branch_id = node.branch_id(config["configurable"]["thread_id"])
         assert branch_id is not None
         return elapsed, await Branch.load(branch_id, fleet=fleet)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -29,9 +28,8 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from tests.support.agent_fleet import AgentFleet, agent_fleet
+from tests.support.agent_fleet import AgentFleet, agent_fleet, cancel_once_running
 from tests.support.fleet import REPO_ROOT
-from tests.support.waiting import until_async
 from toolfleet import Branch, Fleet, HookPoint, PermissionPolicy, Session
 from toolfleet.adapters.pydantic_ai import FleetToolset, ToolfleetToolError
 from toolfleet.schemas.keys import Keys
@@ -222,20 +220,7 @@ def test_cancelling_the_agent_run_cancels_the_calls_on_the_workers(
         toolset.hooks.on(HookPoint.TOOL_PRE, lambda p: started.append(p["call_id"]))
         agent = Agent(FunctionModel(model), toolsets=[toolset])
         task = asyncio.ensure_future(agent.run("go", conversation_id=conv))
-        await until_async(
-            lambda: (
-                len(started) == 2 and all(redis_client.exists(keys.started(c)) for c in started)
-            ),
-            timeout_s=15,
-            interval_s=0.02,
-            what="both calls running on the async worker",
-            while_running=task,
-        )
-        cancelled_at = time.monotonic()
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-        elapsed = time.monotonic() - cancelled_at
+        elapsed = await cancel_once_running(task, started, redis_client, keys)
         branch_id = toolset.branch_id(conv)
         assert branch_id is not None
         return elapsed, await Branch.load(branch_id, fleet=fleet)

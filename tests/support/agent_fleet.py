@@ -5,16 +5,23 @@ processes."""
 
 from __future__ import annotations
 
+import asyncio
 import os
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+import pytest
+import redis
+
 from tests.support.fleet import WorkerProcess, start_worker
+from tests.support.waiting import until_async
+from toolfleet.schemas.keys import Keys
 from toolfleet.schemas.settings import Settings
 
-__all__ = ["AgentFleet", "agent_fleet"]
+__all__ = ["AgentFleet", "agent_fleet", "cancel_once_running"]
 
 TOOLS = ("tests.support.sample_tools", "tests.support.agent_tools")
 
@@ -62,3 +69,22 @@ def agent_fleet(fleet_settings: Settings, redis_url: str, name: str) -> Iterator
     finally:
         async_.stop(timeout_s=10)
         sync.stop(timeout_s=10)
+
+
+async def cancel_once_running(
+    task: asyncio.Future[object], started: list[str], client: redis.Redis, keys: Keys
+) -> float:
+    """Once two calls (``started``, their call ids) run on a worker, cancel the agent's
+    ``task``; how long it took to end after the cancel."""
+    await until_async(
+        lambda: len(started) == 2 and all(client.exists(keys.started(c)) for c in started),
+        timeout_s=15,
+        interval_s=0.02,
+        what="both calls running on the async worker",
+        while_running=task,
+    )
+    cancelled_at = time.monotonic()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    return time.monotonic() - cancelled_at
