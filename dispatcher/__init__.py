@@ -4,6 +4,7 @@ from toolfleet.dispatcher.accept.context import CallContext
 from toolfleet.dispatcher.accept.envelope import normalize, tool_calls_in
 from toolfleet.dispatcher.branch import Branch
 from toolfleet.dispatcher.fleet import Fleet
+from toolfleet.dispatcher.govern.approvals import Escalate
 from toolfleet.dispatcher.govern.hooks import HookBus, HookPoint, StopHook
 from toolfleet.dispatcher.govern.permissions import PermissionDecision, PermissionPolicy
 from toolfleet.dispatcher.govern.session import Session
@@ -22,6 +23,7 @@ __all__ = [
     "CallProgress",
     "CallbackFailed",
     "ConfigurationError",
+    "Escalate",
     "Fleet",
     "GateDenied",
     "HistoryWriteFailed",

@@ -9,6 +9,7 @@ from typing import Any, Protocol
 from toolfleet.dispatcher.accept.context import CallContext
 from toolfleet.dispatcher.batch.act import Batch
 from toolfleet.dispatcher.fleet import Fleet, default_fleet
+from toolfleet.dispatcher.govern.approvals import Escalate
 from toolfleet.dispatcher.govern.hooks import HookBus
 from toolfleet.dispatcher.govern.session_signals import Signal
 from toolfleet.dispatcher.history.compact import CompactList
@@ -34,7 +35,7 @@ class Scope(Protocol):
     @property
     def observers(self) -> Sequence[EventObserver]: ...
 
-    async def authorize(self, invocation: ToolInvocation) -> str | None: ...
+    async def authorize(self, invocation: ToolInvocation) -> str | Escalate | None: ...
 
     def record(self, signal: Signal) -> None: ...
 
@@ -111,8 +112,9 @@ class Branch:
         self._progress_callbacks.append(callback)
         return callback
 
-    async def authorize(self, ctx: CallContext) -> str | None:
-        """None to allow ``ctx``, else the denial reason. Standalone branches allow all."""
+    async def authorize(self, ctx: CallContext) -> str | Escalate | None:
+        """None to allow ``ctx``, else the denial reason, or Escalate to have it approved
+        first. Standalone branches allow all."""
         if self.session is None:
             return None
         return await self.session.authorize(ctx.invocation())

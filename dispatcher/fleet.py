@@ -14,6 +14,8 @@ import redis.asyncio as aioredis
 from celery import Celery
 from redis.exceptions import RedisError
 
+from toolfleet.dispatcher.govern.approval_desk import ApprovalDesk
+from toolfleet.dispatcher.govern.approvals import ApprovalHandler
 from toolfleet.dispatcher.history.durable import DurableLog
 from toolfleet.dispatcher.send.bundles import publish_bundles
 from toolfleet.dispatcher.send.direct import (
@@ -46,7 +48,7 @@ __all__ = ["Fleet", "default_fleet"]
 log = logging.getLogger(__name__)
 
 
-class Fleet:
+class Fleet(ApprovalDesk):
     """Everything a dispatcher needs to send calls to the workers and hear back.
 
     The tools named in ``settings.tools`` are imported into ``registry`` (the default
@@ -85,6 +87,7 @@ class Fleet:
         self._bindings_lock = threading.Lock()
         # Secret argument names the workers announced for tools this dispatcher lacks.
         self._announced: dict[str, frozenset[str]] = {}
+        self.approval_handlers: list[ApprovalHandler] = []
 
     @classmethod
     def from_env(cls, *, registry: Registry | None = None, **overrides: Any) -> Fleet:

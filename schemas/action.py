@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from toolfleet.schemas.approval import DEFAULT_APPROVAL_TIMEOUT_S
 from toolfleet.schemas.limits import DEFAULT_LIMIT_WAIT_S
 from toolfleet.schemas.provider import (
     anthropic_tool_result,
@@ -99,6 +100,9 @@ class CallParams(BaseModel):
     # How long a call over its tool's rate limit or concurrency cap may wait on the worker
     # (holding its worker slot) before it ends FAILED RateLimitedError; 0: never wait.
     limit_wait_s: float = Field(default=DEFAULT_LIMIT_WAIT_S, ge=0)
+    # How long a call parked for approval waits for a decision (never past the batch's
+    # deadline_s) before it ends denied; it holds no worker slot while it waits.
+    approval_timeout_s: float = Field(default=DEFAULT_APPROVAL_TIMEOUT_S, gt=0)
 
     @field_validator("timeout_s", "deadline_s", "throttle_period_s")
     @classmethod

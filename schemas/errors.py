@@ -8,6 +8,9 @@ from __future__ import annotations
 import re
 
 __all__ = [
+    "ApprovalDeniedError",
+    "ApprovalError",
+    "ApprovalRequired",
     "ArgumentValidationError",
     "BrokerError",
     "CallLostError",
@@ -115,6 +118,18 @@ class RateLimitedError(ToolfleetError):
             found = self._RETRY_AFTER.search(message)
             retry_after_s = float(found.group(1)) if found else None
         self.retry_after_s = retry_after_s
+
+
+class ApprovalDeniedError(ToolfleetError):
+    """Raised (as a recorded error) for a call whose approval was denied or timed out."""
+
+
+class ApprovalRequired(ToolfleetError):
+    """Raised by a TOOL_PRE hook to park the call for approval instead of refusing it."""
+
+
+class ApprovalError(ToolfleetError, LookupError):
+    """Raised when an approve or deny names a call that is not waiting for approval."""
 
 
 class NoCurrentCallError(ToolfleetError, RuntimeError):

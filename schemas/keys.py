@@ -83,3 +83,12 @@ class Keys:
         scope, scored by lease expiry (Redis server time, epoch seconds); a lapsed lease is
         a free slot."""
         return f"{self.prefix}:slots:{function}:{scope}"
+
+    def approval(self, call_id: str) -> str:
+        """Hash: a call parked for approval (toolfleet.schemas.approval): what waits, its
+        state and, once decided, by whom, when and why."""
+        return f"{self.prefix}:approval:{call_id}"
+
+    def approvals(self) -> str:
+        """Sorted set: the call ids awaiting approval, scored by when they were parked."""
+        return f"{self.prefix}:approvals:waiting"

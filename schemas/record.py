@@ -150,6 +150,9 @@ class EventRecord(BaseModel):
     # That run's own outcome (the worker's record, kept beside the dispatcher's), attached
     # when the branch is loaded: execution (status, response, error, ...) and worker.
     late_result: dict[str, Any] | None = None
+    # -- a call parked for approval: the decision (decision, by, at, reason, requested_at,
+    # asked_because), toolfleet.schemas.approval.ApprovalRequest.decision().
+    approval: dict[str, Any] | None = None
 
     @field_validator("execution")
     @classmethod

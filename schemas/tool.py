@@ -67,6 +67,9 @@ class Tool(BaseModel):
     rate_limit: RateLimit | None = None
     max_concurrency: int | None = Field(default=None, ge=1)
     limit_key: str | None = None
+    # Every call waits, parked in Redis, for someone's approval before it is enqueued
+    # (toolfleet.dispatcher.govern.approvals).
+    approval: bool = False
 
     @model_validator(mode="before")
     @classmethod

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
         CallbackFailed,
         CallContext,
         CallProgress,
+        Escalate,
         Fleet,
         GateDenied,
         HistoryWriteFailed,
@@ -31,7 +32,11 @@ if TYPE_CHECKING:
         tool_calls_in,
     )
     from toolfleet.schemas.action import ActionResponseModel, CallParams, ToolInvocation
+    from toolfleet.schemas.approval import ApprovalRequest
     from toolfleet.schemas.errors import (
+        ApprovalDeniedError,
+        ApprovalError,
+        ApprovalRequired,
         ArgumentValidationError,
         BrokerError,
         CallLostError,
@@ -66,6 +71,7 @@ _HOMES: dict[str, str] = {
             "CallContext",
             "CallProgress",
             "CallbackFailed",
+            "Escalate",
             "Fleet",
             "GateDenied",
             "HistoryWriteFailed",
@@ -87,6 +93,9 @@ _HOMES: dict[str, str] = {
             "ArgumentValidationError",
             "BrokerError",
             "CallLostError",
+            "ApprovalDeniedError",
+            "ApprovalError",
+            "ApprovalRequired",
             "ConfigurationError",
             "DispatcherLostError",
             "DuplicateToolError",
@@ -105,6 +114,7 @@ _HOMES: dict[str, str] = {
         ),
         "toolfleet.schemas.errors",
     ),
+    "ApprovalRequest": "toolfleet.schemas.approval",
     "render_results": "toolfleet.schemas.provider",
     "EventRecord": "toolfleet.schemas.record",
     "Settings": "toolfleet.schemas.settings",
@@ -115,6 +125,10 @@ _HOMES: dict[str, str] = {
 
 __all__ = [
     "ActionResponseModel",
+    "ApprovalDeniedError",
+    "ApprovalError",
+    "ApprovalRequest",
+    "ApprovalRequired",
     "ArgumentValidationError",
     "Branch",
     "BrokerError",
@@ -128,6 +142,7 @@ __all__ = [
     "DispatcherLostError",
     "DuplicateToolError",
     "EmbeddedStartError",
+    "Escalate",
     "EventRecord",
     "EventStatus",
     "Fleet",

@@ -185,6 +185,7 @@ def tool(
     rate_limit: str | None = None,
     max_concurrency: int | None = None,
     limit_key: str | None = None,
+    approval: bool = False,
     update: bool = False,
     registry: Registry = registry,
 ) -> Callable[[F], F]: ...
@@ -210,6 +211,7 @@ def tool(
     rate_limit: str | None = None,
     max_concurrency: int | None = None,
     limit_key: str | None = None,
+    approval: bool = False,
     update: bool = False,
     registry: Registry = registry,
 ) -> F | Callable[[F], F]:
@@ -224,6 +226,10 @@ def tool(
     ``rate_limit`` ("20/s", "100/m", "1000/h") and ``max_concurrency`` are fleet-wide, held
     in Redis by every worker before the tool runs; ``limit_key`` scopes both to one
     argument's value, or to the call's "branch" or "session" (docs/controls.md).
+
+    ``approval=True``: every call of the tool waits, parked in Redis, until someone approves
+    it (``toolfleet approve``, ``Fleet.approve``, an approval handler); denied or unanswered
+    within ``CallParams.approval_timeout_s``, it is not run (docs/controls.md).
     """
 
     def decorate(f: F) -> F:
@@ -248,6 +254,7 @@ def tool(
                 rate_limit=rate_limit,
                 max_concurrency=max_concurrency,
                 limit_key=limit_key,
+                approval=approval or None,
             )
             registry.register(built, update=update)
             return f
@@ -269,6 +276,7 @@ def tool(
             rate_limit=rate_limit,
             max_concurrency=max_concurrency,
             limit_key=limit_key,
+            approval=approval,
         )
         registry.register(built, update=update)
         return f

@@ -69,6 +69,8 @@ class CallContext:
     request: ActionRequest | None = None
     # "custom": an OpenAI custom tool call, whose result renders as its own item type.
     tool_call_type: Literal["function", "custom"] = "function"
+    # The approval decision of a call that was parked for one (ApprovalRequest.decision()).
+    approval: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if not self.tool_call_id:

@@ -16,14 +16,12 @@ from typing import Any, Literal
 
 from toolfleet.dispatcher.accept.context import CallContext, new_call_id
 from toolfleet.dispatcher.accept.envelope import normalize_batch
+from toolfleet.dispatcher.batch.opening import Item, initial_call_id, open_call
 from toolfleet.dispatcher.batch.transaction import (
     Authorize,
-    Item,
     Transaction,
     call_message,
     check_wire,
-    initial_call_id,
-    open_call,
 )
 from toolfleet.dispatcher.batch.units import DENIED_OUTPUT_ERROR, finished_unit, history_record
 from toolfleet.dispatcher.batch.window import Window

@@ -6,9 +6,11 @@ record, retrying FAILED attempts (:meth:`Transaction.execute`). The result is a 
 ``Unit`` (``toolfleet.dispatcher.batch.units``); writing it, in input order, is
 ``toolfleet.dispatcher.batch.writer``'s job.
 
-A call refused on the way is never enqueued: it ends ABORTED (C3) or, when the gate denied it,
-SKIPPED (D2). Every refusal goes through :func:`open_call` or :func:`abort`, so a refused call
-is recorded, and its arguments redacted, one way.
+A call that needs approval is parked after the JSON contract and enqueued only once approved
+(``toolfleet.dispatcher.batch.approval_step``). A call refused on the way is never enqueued:
+it ends ABORTED (C3) or, when the gate or its approver denied it, SKIPPED (D2). Every refusal
+goes through :func:`open_call`, :func:`abort` or a unit builder, so a refused call is recorded,
+and its arguments redacted, one way.
 """
 
 from __future__ import annotations
@@ -16,20 +18,23 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-from toolfleet.dispatcher.accept.context import CallContext, call_id_for, new_call_id
-from toolfleet.dispatcher.accept.envelope import Envelope, custom_arguments
+from toolfleet.dispatcher.accept.context import CallContext
+from toolfleet.dispatcher.batch.approval_step import seek_approval
 from toolfleet.dispatcher.batch.deadline import Deadline
+from toolfleet.dispatcher.batch.opening import Item, open_call
 from toolfleet.dispatcher.batch.units import (
     HOOK_SUMMARY_CHARS,
     aborted_unit,
     denied_unit,
     finished_unit,
     history_record,
+    unapproved_unit,
 )
 from toolfleet.dispatcher.fleet import Fleet
+from toolfleet.dispatcher.govern.approvals import Escalate
 from toolfleet.dispatcher.govern.hooks import HookBus
 from toolfleet.dispatcher.govern.session_signals import GateDenied
 from toolfleet.dispatcher.history.history import Unit
@@ -39,31 +44,25 @@ from toolfleet.dispatcher.watch.cancel import StragglerBuffer, stopped_result
 from toolfleet.dispatcher.watch.progress_relay import ProgressRelay
 from toolfleet.schemas import tracing
 from toolfleet.schemas.action import CallParams
-from toolfleet.schemas.contract import check_arguments, safe_repr, safe_text
+from toolfleet.schemas.contract import check_arguments
 from toolfleet.schemas.errors import (
+    ApprovalRequired,
     ArgumentValidationError,
     BrokerError,
     CallLostError,
-    MalformedRequestError,
     NoWorkerError,
     ToolTimeoutError,
-    UnknownToolError,
 )
-from toolfleet.schemas.function_calling import normalize_arguments
 from toolfleet.schemas.limits import limit_fields
-from toolfleet.schemas.record import EventRecord, bounded_arguments, shown_arguments
-from toolfleet.schemas.serialize import format_error
+from toolfleet.schemas.record import EventRecord
 from toolfleet.schemas.status import EventStatus
 from toolfleet.schemas.wire import CallMessage, CallResult
 
 __all__ = [
     "Authorize",
-    "Item",
     "Transaction",
     "call_message",
     "check_wire",
-    "initial_call_id",
-    "open_call",
 ]
 
 # verbose_action=True logs each call under act()'s logger name.
@@ -72,41 +71,8 @@ log = logging.getLogger("toolfleet.dispatcher.batch.act")
 # The ADR's observability budget for verbose argument previews.
 VERBOSE_PREVIEW_CHARS = 50
 
-Item = Envelope | MalformedRequestError
-Authorize = Callable[[CallContext], Awaitable[str | None]]
-
-
-def initial_call_id(item: Item, branch_id: str | None) -> str:
-    """A call's id, fixed before the batch runs (the journal lists it): derived from the
-    model's tool_call_id when it gave one."""
-    if isinstance(item, MalformedRequestError):
-        # Never enqueued, so no idempotency to keep; a fresh id cannot collide with a
-        # valid call of the same tool_call_id (a duplicate in the batch).
-        return new_call_id()
-    return call_id_for(branch_id, item.tool_call_id)
-
-
-def open_call(
-    item: Item, fleet: Fleet, branch_id: str | None, call_id: str, *, raise_after: bool
-) -> CallContext | Unit:
-    """Normalize one request: its context, or the ABORTED unit of a call refused here
-    (malformed request, unknown tool, unreadable or invalid arguments)."""
-    if isinstance(item, MalformedRequestError):
-        ctx = _context(item, branch_id, "", {}, call_id)
-        return aborted_unit(ctx, item, raise_after=raise_after, hook=False)
-    try:
-        if item.arguments_error is not None:
-            # JSON-string arguments that did not decode: this call's error alone.
-            raise ArgumentValidationError(item.arguments_error)
-        tool = fleet.tool(item.function)
-        raw = item.arguments
-        if item.tool_call_type == "custom":
-            raw = custom_arguments(tool, raw)  # free-form text: the one string parameter
-        arguments = normalize_arguments(tool, raw)
-    except Exception as exc:
-        ctx = _refused_context(item, fleet, branch_id, call_id)
-        return aborted_unit(ctx, _refusal(item, exc), raise_after=raise_after)
-    return _context(item, branch_id, item.function, arguments, call_id, tool)
+# None: allowed; a string: denied, and why; Escalate: allowed once someone approves it.
+Authorize = Callable[[CallContext], Awaitable[str | Escalate | None]]
 
 
 def call_message(ctx: CallContext, **fields: Any) -> CallMessage:
@@ -218,22 +184,22 @@ class Transaction:
                 str(ctx.public_arguments)[:VERBOSE_PREVIEW_CHARS],
             )
 
-        reason = await self._authorize(ctx)
-        if reason is not None:
-            self._signal(GateDenied(ctx.call_id, ctx.function, ctx.branch_id, reason))
+        verdict = await self._authorize(ctx)
+        escalation: str | None = None
+        if isinstance(verdict, Escalate):
+            escalation = verdict.reason
+        elif verdict is not None:
+            self._signal(GateDenied(ctx.call_id, ctx.function, ctx.branch_id, verdict))
             return denied_unit(ctx)
+        assert ctx.tool is not None
+        if ctx.tool.approval and escalation is None:
+            escalation = f"tool {ctx.function!r} is declared approval=True"
 
+        hooks_asked = False
         try:
-            await self._hooks.emit_pre(
-                {
-                    "tool_name": ctx.function,
-                    "call_id": ctx.call_id,
-                    "arguments": str(ctx.public_arguments)[:HOOK_SUMMARY_CHARS],
-                    "branch_id": self.branch_id,
-                    # No raw secret in any hook payload, the context included.
-                    "context": ctx.for_hooks(),
-                }
-            )
+            await self._emit_pre(ctx)
+        except ApprovalRequired as exc:
+            escalation, hooks_asked = str(exc) or "a TOOL_PRE hook asked for approval", True
         except Exception as exc:
             return self.abort(ctx, exc)  # C3
 
@@ -242,7 +208,50 @@ class Transaction:
         except ArgumentValidationError as exc:
             return self.abort(ctx, exc)
 
+        if escalation is not None:
+            refused = await self._approve(ctx, escalation, hooks_asked)
+            if refused is not None:
+                return refused
         return await self.execute(ctx)
+
+    async def _emit_pre(self, ctx: CallContext) -> None:
+        payload = {
+            "tool_name": ctx.function,
+            "call_id": ctx.call_id,
+            "arguments": str(ctx.public_arguments)[:HOOK_SUMMARY_CHARS],
+            "branch_id": self.branch_id,
+            # No raw secret in any hook payload, the context included.
+            "context": ctx.for_hooks(),
+        }
+        if ctx.approval is not None:
+            payload["approval"] = ctx.approval
+        await self._hooks.emit_pre(payload)
+
+    async def _approve(self, ctx: CallContext, reason: str, hooks_asked: bool) -> Unit | None:
+        """Park the call until someone decides (docs/controls.md); None once it is approved,
+        else its unit: not run, with the decision the model reads."""
+        assert ctx.tool is not None
+        wait_s = self.params.approval_timeout_s
+        remaining_s = self.deadline.remaining_s()
+        if remaining_s is not None:
+            wait_s = min(wait_s, remaining_s)
+        try:
+            decided = await seek_approval(
+                self.fleet, ctx.tool, self._message(ctx, 0), reason=reason, wait_s=wait_s
+            )
+        except BrokerError as exc:
+            return self.abort(ctx, exc)
+        ctx.approval = decided.decision()
+        if not decided.approved:
+            return unapproved_unit(ctx, decided.refusal_text())
+        if hooks_asked:
+            # The hook that asked sees payload["approval"] this time; every TOOL_PRE hook
+            # judges the call again, as it is now, after the wait.
+            try:
+                await self._emit_pre(ctx)
+            except Exception as exc:
+                return self.abort(ctx, exc)
+        return None
 
     async def execute(self, ctx: CallContext) -> Unit:
         """Enqueue the call and wait for its record; re-run FAILED attempts per CallParams."""
@@ -278,9 +287,9 @@ class Transaction:
                 continue
             return finished_unit(ctx, result, events)
 
-    async def _execute_once(self, ctx: CallContext, attempt: int) -> CallResult:
+    def _message(self, ctx: CallContext, attempt: int) -> CallMessage:
         assert ctx.tool is not None
-        message = call_message(
+        return call_message(
             ctx,
             timeout_s=self.params.timeout_s,
             attempt=attempt,
@@ -289,6 +298,10 @@ class Transaction:
             progress=self.progress is not None,
             **limit_fields(ctx.tool, self.params.limit_wait_s, self.session_id),
         )
+
+    async def _execute_once(self, ctx: CallContext, attempt: int) -> CallResult:
+        assert ctx.tool is not None
+        message = self._message(ctx, attempt)
         if self.deadline.expired():
             # The batch deadline passed while this call waited for the window: never enqueued.
             error = self.deadline.error(message, by_batch=True)
@@ -327,60 +340,3 @@ class Transaction:
                 if wait_s > 0:
                     await asyncio.sleep(wait_s)
             self._last_start_s = time.monotonic()
-
-
-def _context(
-    item: Item,
-    branch_id: str | None,
-    function: str,
-    arguments: dict[str, Any],
-    call_id: str,
-    tool: Any = None,
-) -> CallContext:
-    """A call's context, its ids taken from the model's tool_call_id when it gave one."""
-    request = None if isinstance(item, MalformedRequestError) else item.request
-    return CallContext(
-        function,
-        arguments,
-        branch_id,
-        call_id=call_id,
-        tool=tool,
-        tool_call_id=item.tool_call_id or "",
-        request=request,
-        tool_call_type="custom" if item.tool_call_type == "custom" else "function",
-    )
-
-
-def _refused_context(
-    item: Envelope, fleet: Fleet, branch_id: str | None, call_id: str
-) -> CallContext:
-    """The context of a call refused before it was normalized: whatever the caller passed
-    (lone surrogates, non-string keys, raising mappings), it can be recorded."""
-    function = safe_text(item.function)
-    known = fleet.tool(item.function) if item.function in fleet.registry else None
-    # No tool here: the secrets the workers announced for it, else (None) none is known, so
-    # keep the names and hide every value.
-    secret = known.secret_args if known is not None else fleet.announced_secret_args(function)
-    try:
-        if isinstance(item.arguments, Mapping):
-            raw = dict(item.arguments)
-        elif isinstance(item.arguments, str):
-            # The model's text that was not a JSON object: a bounded preview of it.
-            raw = bounded_arguments(item.arguments, secret)
-        else:
-            raw = {}
-    except Exception:
-        raw = {}
-    if known is not None:
-        return _context(item, branch_id, function, raw, call_id, known)
-    return _context(item, branch_id, function, shown_arguments(raw, secret), call_id)
-
-
-def _refusal(item: Envelope, exc: Exception) -> Exception:
-    """A toolfleet error for a call refused before enqueue, whatever normalizing raised."""
-    if isinstance(exc, ArgumentValidationError | UnknownToolError):
-        return exc
-    return ArgumentValidationError(
-        f"arguments for tool {safe_repr(item.function)} could not be read "
-        f"({format_error(exc)}); pass a dict of JSON values"
-    )

@@ -1,10 +1,10 @@
 """What one call leaves behind, as a history ``Unit``: its event records, its linked
 ActionRequest/ActionResponse pair, the result act() returns and its TOOL_POST/TOOL_ERROR payload.
 
-Three outcomes, three builders: a call that reached a worker (:func:`finished_unit`), one a
-gate denied (:func:`denied_unit`, D2), one stopped before it was enqueued (:func:`aborted_unit`,
-C3). Each builds the same facts three ways (history pair, returned model, hook payload), so
-they never disagree.
+Four outcomes, four builders: a call that reached a worker (:func:`finished_unit`), one a
+gate denied (:func:`denied_unit`, D2), one its approver denied (:func:`unapproved_unit`), one
+stopped before it was enqueued (:func:`aborted_unit`, C3). Each builds the same facts three
+ways (history pair, returned model, hook payload), so they never disagree.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from toolfleet.dispatcher.accept.context import CallContext
 from toolfleet.dispatcher.govern.hooks import HookPoint
 from toolfleet.dispatcher.history.history import Unit, link_pair
 from toolfleet.schemas.action import ActionResponseModel
+from toolfleet.schemas.errors import ApprovalDeniedError
 from toolfleet.schemas.messages import ActionRequest, ActionResponse
 from toolfleet.schemas.record import EventRecord, bounded_arguments
 from toolfleet.schemas.serialize import format_error
@@ -28,6 +29,7 @@ __all__ = [
     "denied_unit",
     "finished_unit",
     "history_record",
+    "unapproved_unit",
 ]
 
 DENIED_OUTPUT_ERROR = "denied by governance gate"
@@ -36,14 +38,18 @@ HOOK_SUMMARY_CHARS = 200
 
 
 def history_record(ctx: CallContext, result: CallResult) -> EventRecord:
-    """The worker's record of one attempt as the branch history keeps it."""
-    return EventRecord.from_dict(result.event).in_history(
+    """The worker's record of one attempt as the branch history keeps it (with the call's
+    approval decision, when it waited for one)."""
+    record = EventRecord.from_dict(result.event).in_history(
         call_id=ctx.call_id,
         tool_call_id=ctx.tool_call_id,
         branch_id=ctx.branch_id,
         attempt=result.attempt,
         worker=result.worker,
     )
+    if ctx.approval is not None:
+        record.approval = ctx.approval
+    return record
 
 
 def finished_unit(ctx: CallContext, result: CallResult, events: list[EventRecord]) -> Unit:
@@ -80,6 +86,33 @@ def denied_unit(ctx: CallContext) -> Unit:
         ctx, ctx.public_arguments, output, EventStatus.SKIPPED, DENIED_OUTPUT_ERROR
     )
     return Unit(ctx.call_id, [], request, response, model)
+
+
+def unapproved_unit(ctx: CallContext, refusal: str) -> Unit:
+    """A call parked for approval that was denied or not decided in time: not run, a value
+    the model reads (``refusal``: who said no and why) whatever suppress_errors says, like a
+    gate's denial (D2), and one SKIPPED record holding the decision."""
+    output = {"error": refusal, "function": ctx.function}
+    record = EventRecord.not_run(
+        ctx.function,
+        ctx.public_arguments,
+        ApprovalDeniedError(refusal),
+        status=EventStatus.SKIPPED,
+        secret_args=ctx.secret_args,
+        tool_call_id=ctx.tool_call_id,
+        duration_s=None,
+    ).in_history(
+        call_id=ctx.call_id,
+        tool_call_id=ctx.tool_call_id,
+        branch_id=ctx.branch_id,
+        attempt=0,
+        worker=None,
+    )
+    record.approval = ctx.approval
+    request, response, model = _answer(
+        ctx, ctx.public_arguments, output, EventStatus.SKIPPED, refusal
+    )
+    return Unit(ctx.call_id, [record], request, response, model)
 
 
 def aborted_unit(

@@ -9,10 +9,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from toolfleet.dispatcher.accept.context import CallContext
+from toolfleet.dispatcher.govern.approvals import Escalate
 from toolfleet.dispatcher.govern.callbacks import call_user
 from toolfleet.dispatcher.govern.hooks import HookHandler, HookPoint
 from toolfleet.schemas.action import ToolInvocation
-from toolfleet.schemas.errors import ConfigurationError
+from toolfleet.schemas.errors import ApprovalRequired, ConfigurationError
 
 if TYPE_CHECKING:
     from toolfleet.dispatcher.branch import Branch
@@ -40,8 +41,11 @@ class PermissionPolicy:
     The action is ``str(args[action_arg])`` (``""`` when absent). Precedence: deny, then
     allow, then escalate, then the mode's default (``allow_all`` allows, ``deny_all``
     denies) — lionagi's order, so ``escalate={"bash": ["*"]}`` plus ``allow`` rules
-    escalates only what no allow rule names. An escalated call is allowed only when
-    ``on_escalate(tool_name, action, args)`` returns truthy; without it, it is denied.
+    escalates only what no allow rule names. With ``on_escalate``, an escalated call is
+    allowed only when ``on_escalate(tool_name, action, args)`` returns truthy (lionagi's D5,
+    decided in this process). Without it, the call is parked for approval in Redis, for
+    ``toolfleet approve``/``deny``, ``Fleet.approve``/``deny`` or an approval handler
+    (docs/controls.md); :meth:`to_pre_hook`, which runs on a worker, denies it instead.
     """
 
     mode: str = "allow_all"
@@ -79,24 +83,31 @@ class PermissionPolicy:
         return PermissionDecision("deny", f"{tool_name} {action!r} matches no allow rule")
 
     async def authorize(self, tool_name: str, args: Mapping[str, Any]) -> PermissionDecision:
-        """:meth:`check`, with an escalation resolved through ``on_escalate``."""
+        """:meth:`check`, with an escalation resolved through ``on_escalate``; without one,
+        the escalation is returned as it is (the call waits for an approver)."""
         action = self.action_of(args)
         decision = self.check(tool_name, action, args)
         if decision.decision != "escalate":
             return decision
         if self.on_escalate is None:
-            return PermissionDecision("deny", decision.reason + "; no on_escalate to approve it")
+            return PermissionDecision("escalate", decision.reason + "; waiting for approval")
         approved = await call_user(self.on_escalate, tool_name, action, dict(args))
         if approved:
             return PermissionDecision("allow", decision.reason + "; approved by on_escalate")
         return PermissionDecision("deny", decision.reason + "; refused by on_escalate")
 
     def pre_hook(self) -> HookHandler:
-        """A TOOL_PRE handler raising PermissionError on denial (the C3 abort path)."""
+        """A TOOL_PRE handler raising PermissionError on denial (the C3 abort path), and
+        ApprovalRequired for an escalation no ``on_escalate`` decides (the call is parked; once
+        approved, this hook sees ``payload["approval"]`` and lets it through)."""
 
         async def permission_pre_hook(payload: dict[str, Any]) -> None:
             context: CallContext = payload["context"]
             decision = await self.authorize(context.function, context.arguments)
+            if decision.decision == "escalate":
+                if (payload.get("approval") or {}).get("decision") == "approved":
+                    return
+                raise ApprovalRequired(decision.reason)
             if not decision.allowed:
                 raise PermissionError(f"permission denied: {decision.reason}")
 
@@ -109,7 +120,8 @@ class PermissionPolicy:
     def to_pre_hook(self, tool_name: str) -> Callable[..., dict[str, Any]]:
         """A Tool preprocessor for ``tool_name``: runs on the worker, raises PermissionError.
 
-        Escalations are resolved only by a synchronous ``on_escalate`` here.
+        Escalations are resolved only by a synchronous ``on_escalate`` here; without one they
+        are denied (a worker cannot park a call it is running).
         """
 
         def permission_preprocessor(arguments: dict[str, Any], **_: Any) -> dict[str, Any]:
@@ -128,10 +140,13 @@ class PermissionPolicy:
         return permission_preprocessor
 
     def as_gate(self) -> Callable[[ToolInvocation], Any]:
-        """A session gate: denial becomes the governance-denied value, not an error."""
+        """A session gate: denial becomes the governance-denied value, not an error; an
+        escalation no ``on_escalate`` decides parks the call for approval."""
 
-        async def permission_gate(invocation: ToolInvocation) -> bool:
+        async def permission_gate(invocation: ToolInvocation) -> bool | Escalate:
             decision = await self.authorize(invocation.function, invocation.arguments)
+            if decision.decision == "escalate":
+                return Escalate(decision.reason)
             return decision.allowed
 
         return permission_gate

@@ -9,6 +9,7 @@ from typing import Any
 
 from toolfleet.dispatcher.branch import Branch
 from toolfleet.dispatcher.fleet import Fleet
+from toolfleet.dispatcher.govern.approvals import Escalate
 from toolfleet.dispatcher.govern.callbacks import call_user, callback_name, error_text
 from toolfleet.dispatcher.govern.session_signals import Signal
 from toolfleet.dispatcher.history.recorder import EventObserver
@@ -38,7 +39,8 @@ class Session:
         self._observers: list[EventObserver] = []
 
     def gate(self, check: Gate) -> Gate:
-        """Install ``check(ToolInvocation) -> bool`` (sync or async); every gate must allow."""
+        """Install ``check(ToolInvocation) -> bool`` (sync or async); every gate must allow.
+        A gate may return ``Escalate(reason)`` to have the call approved first."""
         self._gates.append(check)
         return check
 
@@ -52,8 +54,10 @@ class Session:
     def observers(self) -> tuple[EventObserver, ...]:
         return tuple(self._observers)
 
-    async def authorize(self, invocation: ToolInvocation) -> str | None:
-        """None when every gate allows, else the reason the call is denied."""
+    async def authorize(self, invocation: ToolInvocation) -> str | Escalate | None:
+        """None when every gate allows, else the reason the call is denied; Escalate when no
+        gate denies and one asks for approval (the call is parked until someone decides)."""
+        escalation: Escalate | None = None
         for check in self._gates:
             name = callback_name(check)
             try:
@@ -61,9 +65,11 @@ class Session:
             except Exception as exc:
                 log.warning("gate %s raised on %s: %r", name, invocation.function, exc)
                 return f"gate {name} raised {error_text(exc)}"
-            if not verdict:
+            if isinstance(verdict, Escalate):
+                escalation = escalation or verdict
+            elif not verdict:
                 return f"gate {name} returned {verdict!r}"
-        return None
+        return escalation
 
     def new_branch(self, *, id: str | None = None, fleet: Fleet | None = None) -> Branch:
         """A branch bound to this session (and to ``fleet``, else the session's fleet)."""

@@ -3,11 +3,13 @@
 For each open batch of a branch (``toolfleet.dispatcher.history.journal``), the calls past the
 journal's written count are located (:mod:`toolfleet.dispatcher.watch.whereabouts`). Calls still
 queued, reserved or running are waited for, up to ``wait_s`` (then they are stopped and recorded
-FAILED, like a straggler). Every call then has its unit written in input order: a finished call with
-its real record, a call found nowhere (the dispatcher died before enqueueing it) as ABORTED,
-recorded first so that no worker can run it later. The write advances the journal's written count in
-the same script (``toolfleet.dispatcher.history.durable``), so recovering twice, or racing the
-dispatcher itself, never writes a unit twice.
+FAILED, like a straggler); calls parked for approval are waited for until decided, and sent once
+approved (:mod:`toolfleet.dispatcher.history.recover_approvals`). Every call then has its unit
+written in input order: a finished call with its real record, a call found nowhere (the
+dispatcher died before enqueueing it) as ABORTED, recorded first so that no worker can run it
+later. The write advances the journal's written count in the same script
+(``toolfleet.dispatcher.history.durable``), so recovering twice, or racing the dispatcher
+itself, never writes a unit twice.
 """
 
 from __future__ import annotations
@@ -27,6 +29,12 @@ from toolfleet.dispatcher.history.journal import (
     load_journal,
     open_batches,
     progress_key,
+)
+from toolfleet.dispatcher.history.recover_approvals import (
+    expire_parked,
+    parked_calls,
+    refusal_result,
+    send_approved,
 )
 from toolfleet.dispatcher.watch.cancel import settle_calls
 from toolfleet.dispatcher.watch.whereabouts import NowhereTwice, Place, locate
@@ -117,6 +125,9 @@ async def _settle(
     grace_s = fleet.settings.reconcile_grace_s
     deadline = time.monotonic() + wait_s
     queues = [fleet.settings.queue_for("sync"), fleet.settings.queue_for("async")]
+    # Calls parked for approval stay decidable: waited for, sent once approved
+    # (toolfleet.dispatcher.history.recover_approvals).
+    parked = await parked_calls(fleet, [c.call_id for c in calls])
     while True:
         pending = [c for c in calls if c.call_id not in records and c.call_id not in never_enqueued]
         if on_progress is not None:
@@ -124,18 +135,36 @@ async def _settle(
         if not pending:
             break
         now = time.monotonic()
+        parked.update(
+            await parked_calls(fleet, [c.call_id for c in pending if c.call_id in parked])
+        )
         sightings = await locate(fleet.redis, fleet.keys, [c.call_id for c in pending], queues)
         for call in pending:
             sighting = sightings[call.call_id]
+            held = parked.get(call.call_id)
             if sighting.place == Place.FINISHED and sighting.record is not None:
                 records[call.call_id] = CallResult.model_validate_json(sighting.record)
+            elif held is not None and held.request.waiting:
+                continue  # not lost: waiting for its decision
+            elif held is not None and not held.request.approved:
+                records[call.call_id] = refusal_result(_message(entry, call), held.request)
             elif nowhere.setdefault(call.call_id, NowhereTwice()).saw(sighting.place, now, grace_s):
+                if held is not None and not held.sent:
+                    # Approved, and its dispatcher died before sending it: sent now.
+                    await send_approved(fleet, held)
+                    nowhere[call.call_id] = NowhereTwice()
+                    continue
                 # Nowhere twice a grace apart: not in transit, so never enqueued (or lost).
                 never_enqueued.add(call.call_id)
         if time.monotonic() >= deadline:
             break
         await asyncio.sleep(_POLL_S)
     pending = [c for c in calls if c.call_id not in records and c.call_id not in never_enqueued]
+    for call in [c for c in pending if c.call_id in parked and parked[c.call_id].request.waiting]:
+        why = f"`toolfleet recover` stopped waiting for a decision after {wait_s:g}s"
+        decided = await expire_parked(fleet, parked[call.call_id], why)
+        records[call.call_id] = refusal_result(_message(entry, call), decided)
+    pending = [c for c in pending if c.call_id not in records]
     records.update(await _stop(fleet, entry, pending, wait_s))
     records.update(await _abort(fleet, entry, [c for c in calls if c.call_id in never_enqueued]))
     return [_unit(entry, call, records[call.call_id]) for call in calls]
@@ -196,6 +225,8 @@ def _unit(entry: JournalEntry, call: JournalCall, result: CallResult) -> Unit:
         error = format_error(raw) if isinstance(raw, BaseException) else str(raw or status.value)
     if status is EventStatus.ABORTED:
         output = {"error": error, "function": call.function, "arguments": call.arguments}
+    elif status is EventStatus.SKIPPED:  # denied, or not decided in time, while parked
+        output = {"error": error, "function": call.function}
     tool_call_id = call.tool_call_id or None
     request, response = link_pair(
         function=call.function,

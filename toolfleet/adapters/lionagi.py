@@ -21,6 +21,7 @@ from typing import Any
 from toolfleet.dispatcher.accept.context import CallContext
 from toolfleet.dispatcher.branch import Branch
 from toolfleet.dispatcher.fleet import Fleet
+from toolfleet.dispatcher.govern.approvals import Escalate
 from toolfleet.dispatcher.govern.hooks import HookPoint
 from toolfleet.dispatcher.govern.session import Session
 from toolfleet.schemas.action import CallParams
@@ -230,7 +231,7 @@ class _GatedBranch(Branch):
         super().__init__(session, **kwargs)
         self._lionagi_branch = lionagi_branch
 
-    async def authorize(self, ctx: CallContext) -> str | None:
+    async def authorize(self, ctx: CallContext) -> str | Escalate | None:
         reason = await super().authorize(ctx)
         if reason is not None:
             return reason

@@ -32,6 +32,9 @@ _COMMANDS: dict[str, str] = {
     "recover": "toolfleet.cli.recover",
     "tools": "toolfleet.cli.tools",
     "mcp": "toolfleet.cli.mcp",
+    "approvals": "toolfleet.cli.approvals",
+    "approve": "toolfleet.cli.approvals",
+    "deny": "toolfleet.cli.approvals",
 }
 
 

@@ -1,0 +1,106 @@
+"""The approval step of a call's transaction: park it, ask this process's handlers, wait.
+
+It runs after the gate, TOOL_PRE and the JSON contract, right before the call would be
+enqueued, so a call is parked only once nothing else refuses it, and a worker never sees a
+call that waits (docs/controls.md, approvals).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from redis.exceptions import RedisError
+
+from toolfleet.dispatcher.fleet import Fleet
+from toolfleet.dispatcher.govern.approvals import decide, park, wait_for_decision
+from toolfleet.dispatcher.govern.callbacks import call_user, callback_name, error_text
+from toolfleet.dispatcher.send.enqueue import send_options
+from toolfleet.schemas.approval import ApprovalRequest
+from toolfleet.schemas.errors import ApprovalError, BrokerError
+from toolfleet.schemas.outage import through_outage
+from toolfleet.schemas.record import bounded_arguments, shown_arguments
+from toolfleet.schemas.settings import masked_url
+from toolfleet.schemas.tool import Tool
+from toolfleet.schemas.wire import CallMessage
+
+__all__ = ["seek_approval"]
+
+log = logging.getLogger(__name__)
+
+
+async def seek_approval(
+    fleet: Fleet, tool: Tool, message: CallMessage, *, reason: str, wait_s: float
+) -> ApprovalRequest:
+    """Park the call of ``message`` and return it decided: approved, denied or expired
+    after ``wait_s``. Raises BrokerError when it cannot be parked through an outage."""
+    now_s = time.time()
+    request = ApprovalRequest(
+        call_id=message.call_id,
+        tool=message.function,
+        arguments=bounded_arguments(
+            shown_arguments(message.arguments, tool.secret_args), tool.secret_args
+        ),
+        branch_id=message.branch_id,
+        batch_id=message.batch_id,
+        tool_call_id=message.tool_call_id,
+        reason=reason,
+        requested_at=now_s,
+        expires_at=now_s + max(0.0, wait_s),
+    )
+    queue, options = send_options(fleet.settings, message, tool)
+    try:
+        earlier = await through_outage(
+            lambda: park(
+                fleet.redis,
+                fleet.keys,
+                request,
+                message=message.model_dump_json(),
+                route={"queue": queue, "options": options},
+                ttl_s=fleet.settings.record_ttl_s,
+            ),
+            fleet.settings.outage_limit_s,
+        )
+    except (RedisError, OSError) as exc:
+        raise BrokerError(
+            f"could not park call {message.call_id} of tool {message.function!r} for approval "
+            f"on {masked_url(fleet.settings.broker_url)!r}: {type(exc).__name__}: "
+            f"{masked_url(str(exc))}; check that the broker is running"
+        ) from exc
+    if earlier is not None:
+        if not earlier.waiting:
+            return earlier  # parked and decided before: a replay keeps its decision
+        request = earlier
+    else:
+        await _ask_handlers(fleet, request)
+    return await wait_for_decision(fleet.redis, fleet.keys, request)
+
+
+async def _ask_handlers(fleet: Fleet, request: ApprovalRequest) -> None:
+    """Offer the call to this process's handlers, in order, until one decides."""
+    for handler in tuple(fleet.approval_handlers):
+        name = callback_name(handler)
+        try:
+            verdict = await call_user(handler, request)
+        except Exception as exc:
+            log.warning(
+                "approval handler %s raised on call %s: %s", name, request.call_id, error_text(exc)
+            )
+            continue
+        if verdict is None:
+            continue
+        try:
+            await decide(
+                fleet.redis,
+                fleet.keys,
+                request.call_id,
+                "approved" if verdict else "denied",
+                by=f"handler {name.rsplit('.', 1)[-1]}",
+            )
+        except ApprovalError:
+            pass  # someone else decided first; that decision stands
+        except (RedisError, OSError) as exc:
+            log.warning(
+                "approval handler %s: decision on %s not recorded: %r", name, request.call_id, exc
+            )
+        return

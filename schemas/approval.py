@@ -1,0 +1,155 @@
+"""A call parked for approval, as Redis keeps it and every side reads it.
+
+A call that needs a person's (or a program's) yes waits in Redis, not on a worker: one hash per
+call (``Keys.approval(call_id)``) and one sorted set of the waiting call ids
+(``Keys.approvals()``). The dispatcher that parked it polls the hash; anyone who can reach the
+broker decides it (``toolfleet approve``/``deny``, ``Fleet.approve``/``deny``, an approval
+handler) through :data:`DECIDE_SCRIPT`, which lets exactly one decision in.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+__all__ = [
+    "DECIDE_SCRIPT",
+    "DEFAULT_APPROVAL_TIMEOUT_S",
+    "PARK_SCRIPT",
+    "ApprovalRequest",
+    "ApprovalState",
+    "decided_fields",
+]
+
+# An hour: long enough for a person to answer, short enough that a forgotten call ends.
+DEFAULT_APPROVAL_TIMEOUT_S = 3600.0
+
+ApprovalState = Literal["waiting", "approved", "denied", "expired"]
+
+# KEYS: the call's approval hash, the waiting set. ARGV: call_id, expire_s, requested_at, then
+# the hash's fields and values. A call parked before (the same call_id: a model's replay, or
+# the same batch run again) keeps its first request and whatever was decided: returns 0.
+PARK_SCRIPT = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('HSET', KEYS[1], unpack(ARGV, 4))
+redis.call('EXPIRE', KEYS[1], ARGV[2])
+redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
+return 1
+"""
+
+# KEYS: the call's approval hash, the waiting set. ARGV: call_id, new state, by, reason.
+# Returns {"ok", decided_at} when this decision is the one, else {state, decided_by,
+# decided_at} of the decision already made, or {"missing"} when no such call was parked.
+DECIDE_SCRIPT = """
+local state = redis.call('HGET', KEYS[1], 'state')
+if not state then return {'missing'} end
+if state ~= 'waiting' then
+  local got = redis.call('HMGET', KEYS[1], 'decided_by', 'decided_at')
+  return {state, got[1] or '', got[2] or ''}
+end
+local now = redis.call('TIME')
+local at = string.format('%d.%06d', tonumber(now[1]), tonumber(now[2]))
+redis.call('HSET', KEYS[1], 'state', ARGV[2], 'decided_by', ARGV[3],
+  'decision_reason', ARGV[4], 'decided_at', at)
+redis.call('ZREM', KEYS[2], ARGV[1])
+return {'ok', at}
+"""
+
+# The hash fields that are not ApprovalRequest fields: what the parked call's dispatcher, or
+# `toolfleet recover`, needs to enqueue it once approved (its arguments unredacted, as a
+# queued message carries them).
+_PRIVATE_FIELDS = ("message", "route")
+
+
+class ApprovalRequest(BaseModel):
+    """One call parked for approval: what ``toolfleet approvals`` lists and handlers get.
+
+    ``arguments`` are redacted (a secret argument's value is never shown). ``requested_at``,
+    ``expires_at`` and ``decided_at`` are epoch seconds.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    call_id: str
+    tool: str
+    arguments: dict[str, Any]
+    branch_id: str | None = None
+    batch_id: str | None = None
+    tool_call_id: str | None = None
+    reason: str = ""
+    requested_at: float
+    expires_at: float
+    state: ApprovalState = "waiting"
+    decided_by: str | None = None
+    decided_at: float | None = None
+    decision_reason: str | None = None
+
+    @property
+    def waiting(self) -> bool:
+        return self.state == "waiting"
+
+    @property
+    def approved(self) -> bool:
+        return self.state == "approved"
+
+    def age_s(self, now_s: float | None = None) -> float:
+        return max(0.0, (time.time() if now_s is None else now_s) - self.requested_at)
+
+    def decision(self) -> dict[str, Any]:
+        """The decision as the call's history records it (by whom, when, why)."""
+        return {
+            "decision": self.state,
+            "by": self.decided_by,
+            "at": self.decided_at,
+            "reason": self.decision_reason,
+            "requested_at": self.requested_at,
+            "asked_because": self.reason,
+        }
+
+    def refusal_text(self) -> str:
+        """What the model reads for a call that was not approved: who said no, and why."""
+        if self.state == "expired":
+            return (
+                f"call of tool {self.tool!r} was not run: no one approved it within its "
+                f"approval time ({self.decision_reason or 'timed out'}); ask again later or "
+                "do without it"
+            )
+        why = f": {self.decision_reason}" if self.decision_reason else ""
+        return f"call of tool {self.tool!r} was not run: denied by {self.decided_by}{why}"
+
+    def to_fields(self, *, message: str, route: Mapping[str, Any]) -> dict[str, str]:
+        """The hash fields that park this request, with the message that enqueues it."""
+        fields = {
+            key: json.dumps(value) if key == "arguments" else str(value)
+            for key, value in self.model_dump().items()
+            if value is not None
+        }
+        fields["message"] = message
+        fields["route"] = json.dumps(dict(route))
+        return fields
+
+    @classmethod
+    def from_fields(cls, raw: Mapping[bytes | str, bytes | str]) -> ApprovalRequest:
+        """Read a parked call's hash (as redis-py returns it)."""
+        data: dict[str, Any] = {}
+        for key, value in raw.items():
+            name = key.decode() if isinstance(key, bytes) else key
+            if name in _PRIVATE_FIELDS:
+                continue
+            data[name] = value.decode() if isinstance(value, bytes) else value
+        data["arguments"] = json.loads(data.get("arguments", "{}"))
+        return cls.model_validate(data)
+
+
+def decided_fields(raw: Mapping[bytes | str, bytes | str]) -> tuple[str, dict[str, Any]]:
+    """The message JSON and route (queue and send options) stored with a parked call."""
+
+    def text(name: str) -> str:
+        value = raw.get(name.encode(), raw.get(name, ""))
+        return value.decode() if isinstance(value, bytes) else str(value)
+
+    return text("message"), json.loads(text("route") or "{}")
