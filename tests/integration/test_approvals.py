@@ -15,11 +15,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
+import mcp_types as types
 import pytest
 import redis
+from mcp import Client, StdioServerParameters
 
-from tests.support.cli_support import toolfleet
-from tests.support.fleet import WorkerProcess, run, start_worker
+from tests.support.cli_support import cli_env, toolfleet, toolfleet_argv
+from tests.support.fleet import REPO_ROOT, WorkerProcess, run, start_worker
 from tests.support.waiting import until_async
 from toolfleet import (
     ApprovalError,
@@ -302,3 +305,38 @@ def test_approve_and_deny_name_the_call_when_it_is_not_waiting(
     empty = toolfleet("approvals", home=tmp_path, env=env)
     assert empty.returncode == 0 and "no call is waiting for approval" in empty.stdout
     redis.Redis.from_url(redis_url).close()
+
+
+def test_over_mcp_a_parked_call_returns_once_it_is_decided(
+    approvals: tuple[Settings, dict[str, str]], tmp_path: Path
+) -> None:
+    """``toolfleet mcp`` over stdio (the mcp package's client): tools/call of an approval tool
+    waits, and returns when a second terminal approves it; a denial returns its reason."""
+    _, env = approvals
+    side = tmp_path / "side"
+    argv = toolfleet_argv("mcp", "--tools", TOOLS[0])
+    params = StdioServerParameters(
+        command=argv[0], args=argv[1:], env=cli_env(tmp_path, env), cwd=str(REPO_ROOT)
+    )
+
+    async def decide_next(verb: str, *extra: str) -> None:
+        [waiting] = await until_async(lambda: listed(env, tmp_path), timeout_s=30)
+        done = await cli(env, tmp_path, verb, waiting["call_id"], *extra)
+        assert done.returncode == 0, done.stderr
+
+    async def main() -> list[types.CallToolResult]:
+        results: list[types.CallToolResult] = []
+        with anyio.fail_after(90):
+            async with Client(params) as client:
+                for token, verb, extra in ((1, "approve", ()), (2, "deny", ("--reason", "no"))):
+                    async with anyio.create_task_group() as group:
+                        group.start_soon(decide_next, verb, *extra)
+                        arguments = {"side": str(side), "token": token, "amount": 5}
+                        results.append(await client.call_tool("refund", arguments))
+        return results
+
+    approved, denied = anyio.run(main)
+    assert not approved.is_error
+    assert "refunded 5" in json.dumps(approved.model_dump(mode="json"))
+    assert "was not run: denied by" in json.dumps(denied.model_dump(mode="json"))
+    assert ran(side) == [("refund", 1)]

@@ -28,6 +28,7 @@ import mcp_types as types
 from mcp.server.lowlevel import Server
 from pydantic import TypeAdapter, ValidationError
 
+from toolfleet.dispatcher.batch.units import DENIED_OUTPUT_ERROR
 from toolfleet.dispatcher.branch import Branch
 from toolfleet.dispatcher.fleet import Fleet
 from toolfleet.dispatcher.govern.session import Gate, Session
@@ -184,6 +185,9 @@ class FleetMcpServer:
                 is_error=False,
                 _meta=_meta(branch, call_id),
             )
+        if result.status is EventStatus.SKIPPED and result.error != DENIED_OUTPUT_ERROR:
+            # Denied by its approver, or not decided in time: who, and why, as the model reads.
+            return _error_result(result.error or "not approved; it did not run", branch, call_id)
         if result.status is EventStatus.SKIPPED:
             reason = next(
                 (
