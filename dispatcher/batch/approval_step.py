@@ -24,7 +24,7 @@ from toolfleet.schemas.settings import masked_url
 from toolfleet.schemas.tool import Tool
 from toolfleet.schemas.wire import CallMessage
 
-__all__ = ["seek_approval"]
+__all__ = ["seek_approval", "withdraw_approval"]
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +74,22 @@ async def seek_approval(
     else:
         await _ask_handlers(fleet, request)
     return await wait_for_decision(fleet.redis, fleet.keys, request)
+
+
+async def withdraw_approval(fleet: Fleet, call_id: str) -> None:
+    """End a parked call whose act() was cancelled (C9), so no one is asked to decide a call
+    nothing waits for; a decision that landed first stands. Never raises."""
+    try:
+        await decide(
+            fleet.redis,
+            fleet.keys,
+            call_id,
+            "expired",
+            by="cancel",
+            reason="its act() was cancelled before a decision",
+        )
+    except (ApprovalError, RedisError, OSError) as exc:
+        log.debug("approval of call %s not withdrawn: %r", call_id, exc)
 
 
 async def _ask_handlers(fleet: Fleet, request: ApprovalRequest) -> None:

@@ -31,6 +31,7 @@ from toolfleet.dispatcher.history.journal import (
     progress_key,
 )
 from toolfleet.dispatcher.history.recover_approvals import (
+    ParkedCall,
     expire_parked,
     parked_calls,
     refusal_result,
@@ -145,7 +146,11 @@ async def _settle(
             if sighting.place == Place.FINISHED and sighting.record is not None:
                 records[call.call_id] = CallResult.model_validate_json(sighting.record)
             elif held is not None and held.request.waiting:
-                continue  # not lost: waiting for its decision
+                if time.time() >= held.request.expires_at:  # its approval time is over
+                    why = "no decision within its approval time"
+                    decided = await expire_parked(fleet, held, why)
+                    records[call.call_id] = refusal_result(_message(entry, call), decided)
+                # else not lost: waiting for its decision
             elif held is not None and not held.request.approved:
                 records[call.call_id] = refusal_result(_message(entry, call), held.request)
             elif nowhere.setdefault(call.call_id, NowhereTwice()).saw(sighting.place, now, grace_s):
@@ -167,7 +172,7 @@ async def _settle(
     pending = [c for c in pending if c.call_id not in records]
     records.update(await _stop(fleet, entry, pending, wait_s))
     records.update(await _abort(fleet, entry, [c for c in calls if c.call_id in never_enqueued]))
-    return [_unit(entry, call, records[call.call_id]) for call in calls]
+    return [_unit(entry, call, records[call.call_id], parked.get(call.call_id)) for call in calls]
 
 
 def _message(entry: JournalEntry, call: JournalCall) -> CallMessage:
@@ -215,7 +220,9 @@ async def _abort(
     return await settle_calls(fleet, stops, error, EventStatus.ABORTED)
 
 
-def _unit(entry: JournalEntry, call: JournalCall, result: CallResult) -> Unit:
+def _unit(
+    entry: JournalEntry, call: JournalCall, result: CallResult, held: ParkedCall | None
+) -> Unit:
     execution = result.to_execution()
     status = execution.status
     output = execution.response
@@ -254,4 +261,9 @@ def _unit(entry: JournalEntry, call: JournalCall, result: CallResult) -> Unit:
         worker=result.worker,
         batch_id=entry.batch_id,
     )
+    if held is not None and event.approval is None:
+        # A call approved while parked ran on a worker, whose record knows nothing of the
+        # approval: its decision is added here, as a live dispatcher adds it to every record
+        # of a parked call (a refusal's record already carries its own).
+        event.approval = held.request.decision()
     return Unit(call.call_id, [event], request, response, model)

@@ -340,3 +340,28 @@ def test_over_mcp_a_parked_call_returns_once_it_is_decided(
     assert "refunded 5" in json.dumps(approved.model_dump(mode="json"))
     assert "was not run: denied by" in json.dumps(denied.model_dump(mode="json"))
     assert ran(side) == [("refund", 1)]
+
+
+def test_a_cancelled_act_withdraws_its_parked_call(
+    approvals: tuple[Settings, dict[str, str]], tmp_path: Path
+) -> None:
+    """C9 with a call parked: act() is cancelled, the call is recorded CANCELLED, and it leaves
+    the approvals list, so no one is asked to decide a call nothing waits for."""
+    settings, _ = approvals
+    side = tmp_path / "side"
+
+    async def scenario(fleet: Fleet) -> None:
+        branch = Branch(fleet=fleet)
+        acting = asyncio.create_task(branch.act([refund(side, 1)]))
+        [waiting] = await parked(fleet)
+        acting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await acting
+        assert await fleet.approvals() == []
+        with pytest.raises(ApprovalError, match="already expired by cancel"):
+            await fleet.approve(waiting.call_id)
+        _, events = await load_records(fleet.redis, fleet.keys, branch.id)
+        assert [e.status for e in events] == [EventStatus.CANCELLED]
+
+    run(settings, scenario, timeout_s=60)
+    assert ran(side) == []
