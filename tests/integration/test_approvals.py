@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,7 @@ import redis
 from mcp import Client, StdioServerParameters
 
 from tests.support.cli_support import cli_env, toolfleet, toolfleet_argv
-from tests.support.fleet import REPO_ROOT, WorkerProcess, run, start_worker
+from tests.support.fleet import REPO_ROOT, private_workers, run
 from tests.support.waiting import until_async
 from toolfleet import (
     ApprovalError,
@@ -43,19 +42,8 @@ TOOLS = ("tests.support.approval_tools",)
 @pytest.fixture(scope="module")
 def approvals(redis_url: str) -> Iterator[tuple[Settings, dict[str, str]]]:
     """Settings (and their environment) of a sync and an async worker for this module."""
-    tag = uuid.uuid4().hex[:8]
-    env = {
-        "TOOLFLEET_SYNC_QUEUE": f"toolfleet.sync.approvals-{tag}",
-        "TOOLFLEET_ASYNC_QUEUE": f"toolfleet.async.approvals-{tag}",
-        "TOOLFLEET_KEY_PREFIX": f"tf-approvals-{tag}",
-    }
-    settings = Settings.from_env({**env, "TOOLFLEET_BROKER_URL": redis_url}, tools=TOOLS)
-    workers: list[WorkerProcess] = [
-        start_worker(kind, redis_url=redis_url, tools=TOOLS, env=env) for kind in ("sync", "async")
-    ]
-    yield settings, {**env, "TOOLFLEET_BROKER_URL": redis_url}
-    for worker in workers:
-        worker.stop(timeout_s=10)
+    with private_workers(redis_url, "approvals", tools=TOOLS) as env:
+        yield Settings.from_env(env, tools=TOOLS), env
 
 
 def ran(side: Path) -> list[tuple[str, int]]:

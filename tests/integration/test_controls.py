@@ -13,14 +13,13 @@ import json
 import time
 import uuid
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
 
-from tests.support.fleet import WorkerProcess, call, collect_replies, run, start_worker
+from tests.support.fleet import call, collect_replies, private_workers, run
 from toolfleet import NoCurrentCallError, RateLimitedError, current_call
 from toolfleet.dispatcher import Branch, Fleet
 from toolfleet.dispatcher.accept.context import call_id_for
@@ -40,24 +39,8 @@ Start = tuple[str, int, float, str]  # phase, token, epoch seconds, scope
 @pytest.fixture(scope="module")
 def controls(redis_url: str) -> Iterator[Settings]:
     """Settings of a sync and an async worker serving this module's queues and key prefix."""
-    tag = uuid.uuid4().hex[:8]
-    env = {
-        "TOOLFLEET_SYNC_QUEUE": f"toolfleet.sync.controls-{tag}",
-        "TOOLFLEET_ASYNC_QUEUE": f"toolfleet.async.controls-{tag}",
-        "TOOLFLEET_KEY_PREFIX": f"tf-controls-{tag}",
-    }
-    settings = Settings.from_env({**env, "TOOLFLEET_BROKER_URL": redis_url}, tools=TOOLS)
-    with ThreadPoolExecutor(2) as pool:
-        started = list(
-            pool.map(
-                lambda kind: start_worker(kind, redis_url=redis_url, tools=TOOLS, env=env),
-                ("sync", "async"),
-            )
-        )
-    workers: list[WorkerProcess] = started
-    yield settings
-    for worker in workers:
-        worker.stop(timeout_s=10)
+    with private_workers(redis_url, "controls", tools=TOOLS) as env:
+        yield Settings.from_env(env, tools=TOOLS)
 
 
 def act(

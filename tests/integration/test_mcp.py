@@ -26,7 +26,7 @@ import redis
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.support.fleet import REPO_ROOT, WorkerProcess, start_worker
+from tests.support.fleet import REPO_ROOT, private_workers
 from tests.support.otlp_collector import OtlpCollector, ReceivedSpan
 from tests.support.waiting import until, until_async
 from toolfleet.adapters.mcp import BRANCH_META_KEY, CALL_META_KEY
@@ -66,22 +66,13 @@ def mcp_fleet(
 ) -> Iterator[dict[str, str]]:
     """A sync and an async worker on queues and a key prefix of their own, exporting spans
     to ``collector``; yields the TOOLFLEET_* environment an MCP server needs to reach them."""
-    suffix = uuid.uuid4().hex[:8]
-    env = {
-        "TOOLFLEET_BROKER_URL": redis_url,
-        "TOOLFLEET_SYNC_QUEUE": f"toolfleet.sync.mcp-{suffix}",
-        "TOOLFLEET_ASYNC_QUEUE": f"toolfleet.async.mcp-{suffix}",
-        "TOOLFLEET_KEY_PREFIX": f"tfmcp-{suffix}",
-    }
-    worker_env = {**env, **_otel_env(collector)}
-    started: list[WorkerProcess] = []
-    try:
-        started.append(start_worker("sync", redis_url=redis_url, concurrency=2, env=worker_env))
-        started.append(start_worker("async", redis_url=redis_url, concurrency=50, env=worker_env))
+    with private_workers(
+        redis_url,
+        "mcp",
+        concurrency={"sync": 2, "async": 50},
+        worker_env=_otel_env(collector),
+    ) as env:
         yield env
-    finally:
-        for worker in started:
-            worker.stop()
 
 
 def _server_env(fleet_env: dict[str, str]) -> dict[str, str]:

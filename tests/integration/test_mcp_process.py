@@ -26,7 +26,7 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.support.fleet import REPO_ROOT, WorkerProcess, start_worker
+from tests.support.fleet import REPO_ROOT, private_workers
 from tests.support.mcp_stdio import RecordingStdio, not_protocol_frames
 from tests.support.waiting import until
 from toolfleet.embedded.processes import free_port
@@ -41,25 +41,10 @@ STOPPED = "toolfleet mcp: stopped by SIGTERM; the fleet's clients are closed"
 def mcp_fleet(fleet_settings: Settings, redis_url: str) -> Iterator[dict[str, str]]:
     """A sync and an async worker on queues and a key prefix of their own; yields the
     TOOLFLEET_* environment an MCP server needs to reach them."""
-    suffix = uuid.uuid4().hex[:8]
-    env = {
-        "TOOLFLEET_BROKER_URL": redis_url,
-        "TOOLFLEET_SYNC_QUEUE": f"toolfleet.sync.mcpproc-{suffix}",
-        "TOOLFLEET_ASYNC_QUEUE": f"toolfleet.async.mcpproc-{suffix}",
-        "TOOLFLEET_KEY_PREFIX": f"tfmcpproc-{suffix}",
-    }
-    started: list[WorkerProcess] = []
-    try:
-        for kind, concurrency in (("sync", 2), ("async", 20)):
-            started.append(
-                start_worker(
-                    kind, redis_url=redis_url, tools=TOOLS, concurrency=concurrency, env=env
-                )
-            )
+    with private_workers(
+        redis_url, "mcpproc", tools=TOOLS, concurrency={"sync": 2, "async": 20}
+    ) as env:
         yield env
-    finally:
-        for worker in started:
-            worker.stop()
 
 
 def _server_env(fleet_env: dict[str, str], **extra: str) -> dict[str, str]:

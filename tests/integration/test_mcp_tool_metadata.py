@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ import mcp_types as types
 import pytest
 from mcp import Client, StdioServerParameters
 
-from tests.support.fleet import REPO_ROOT, WorkerProcess, start_worker
+from tests.support.fleet import REPO_ROOT, private_workers
 from toolfleet.schemas.settings import Settings
 from toolfleet.schemas.tool import Tool
 from toolfleet.workers.specs import SPEC_FORMATS, tool_spec
@@ -31,22 +30,8 @@ TOOLS = ("tests.support.sample_tools", "tests.support.mcp_tools")
 
 @pytest.fixture(scope="module")
 def mcp_fleet(fleet_settings: Settings, redis_url: str) -> Iterator[dict[str, str]]:
-    suffix = uuid.uuid4().hex[:8]
-    env = {
-        "TOOLFLEET_BROKER_URL": redis_url,
-        "TOOLFLEET_SYNC_QUEUE": f"toolfleet.sync.mcpmeta-{suffix}",
-        "TOOLFLEET_ASYNC_QUEUE": f"toolfleet.async.mcpmeta-{suffix}",
-        "TOOLFLEET_KEY_PREFIX": f"tfmcpmeta-{suffix}",
-    }
-    started: list[WorkerProcess] = []
-    try:
-        started.append(
-            start_worker("sync", redis_url=redis_url, tools=TOOLS, concurrency=2, env=env)
-        )
+    with private_workers(redis_url, "mcpmeta", tools=TOOLS, concurrency={"sync": 2}) as env:
         yield env
-    finally:
-        for worker in started:
-            worker.stop()
 
 
 def _params(fleet_env: dict[str, str]) -> StdioServerParameters:

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import tempfile
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -36,6 +38,7 @@ __all__ = [
     "call",
     "collect_replies",
     "make_call",
+    "private_workers",
     "run",
     "run_calls",
     "start_worker",
@@ -99,6 +102,49 @@ class WorkerProcess:
             os.killpg(self.process.pid, sig)
         except (ProcessLookupError, PermissionError):
             pass
+
+
+@contextlib.contextmanager
+def private_workers(
+    redis_url: str,
+    label: str,
+    *,
+    tools: Sequence[str] = ("tests.support.sample_tools",),
+    concurrency: Mapping[str, int | None] | None = None,
+    worker_env: Mapping[str, str] | None = None,
+) -> Iterator[dict[str, str]]:
+    """One worker per kind in ``concurrency`` (default: a sync and an async one), on queues
+    and a key prefix of their own, started side by side and stopped afterwards. Yields the
+    ``TOOLFLEET_*`` environment (broker URL included) that reaches them; ``worker_env`` is
+    given to the workers only."""
+    tag = f"{label}-{uuid.uuid4().hex[:8]}"
+    env = {
+        "TOOLFLEET_BROKER_URL": redis_url,
+        "TOOLFLEET_SYNC_QUEUE": f"toolfleet.sync.{tag}",
+        "TOOLFLEET_ASYNC_QUEUE": f"toolfleet.async.{tag}",
+        "TOOLFLEET_KEY_PREFIX": f"tf-{tag}",
+    }
+    kinds = dict(concurrency) if concurrency is not None else {"sync": None, "async": None}
+    started: list[WorkerProcess] = []
+
+    def start(kind: str) -> WorkerProcess:
+        worker = start_worker(
+            kind,
+            redis_url=redis_url,
+            tools=tools,
+            concurrency=kinds[kind],
+            env={**env, **(worker_env or {})},
+        )
+        started.append(worker)
+        return worker
+
+    try:
+        with ThreadPoolExecutor(len(kinds)) as pool:
+            list(pool.map(start, kinds))
+        yield env
+    finally:
+        for worker in started:
+            worker.stop(timeout_s=10)
 
 
 def start_worker(
