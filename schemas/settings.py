@@ -10,9 +10,10 @@ from collections.abc import Mapping
 from typing import Any, Literal, TypeVar
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from toolfleet.schemas.errors import ConfigurationError
+from toolfleet.schemas.redis_url import SENTINEL_EXAMPLE, is_sentinel, parse_sentinel
 
 __all__ = ["ENV_PREFIX", "Settings", "check_broker_url", "masked_url"]
 
@@ -60,6 +61,12 @@ class Settings(BaseModel):
     # How long one enable_events broadcast keeps a worker's task events on (Flower renews
     # every 5 s); after the monitor leaves, events turn off within this many seconds.
     monitor_lease_s: float = Field(default=30.0, gt=0)
+    # The primary's name in the sentinels' "sentinel monitor <name> ..." line; required with a
+    # sentinel:// broker URL (toolfleet.schemas.redis_url).
+    sentinel_master: str | None = None
+    # Call records and history count as written only once this many replicas acknowledge
+    # them (WAIT after each such write; docs/reliability.md); 0 never waits.
+    replica_acks: int = Field(default=0, ge=0)
 
     @field_validator("broker_url")
     @classmethod
@@ -69,6 +76,16 @@ class Settings(BaseModel):
         if url is None or url == "":
             return None
         return check_broker_url(url)
+
+    @model_validator(mode="after")
+    def _sentinel_needs_master(self) -> Settings:
+        if is_sentinel(self.broker_url) and not self.sentinel_master:
+            raise ValueError(
+                f"{ENV_PREFIX}BROKER_URL is a Sentinel URL but {ENV_PREFIX}SENTINEL_MASTER is "
+                f"unset; set {ENV_PREFIX}SENTINEL_MASTER to the name in the sentinels' "
+                f"'sentinel monitor <name> ...' line (e.g. {ENV_PREFIX}SENTINEL_MASTER=mymaster)"
+            )
+        return self
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
@@ -86,7 +103,9 @@ class Settings(BaseModel):
             return cls.model_validate(values)
         except ValidationError as exc:
             err = exc.errors()[0]
-            field = str(err["loc"][0]) if err["loc"] else "?"
+            if not err["loc"]:  # a rule across settings: its message names them
+                raise ConfigurationError(str(err["msg"]).removeprefix("Value error, ")) from None
+            field = str(err["loc"][0])
             var = ENV_PREFIX + field.upper()
             message = str(err["msg"]).removeprefix("Value error, ")
             shown = masked_url(values.get(field)) if field.endswith("_url") else values.get(field)
@@ -106,7 +125,10 @@ class Settings(BaseModel):
 
 _HOST_SCHEMES = ("redis", "rediss")
 _SOCKET_SCHEMES = ("redis+socket", "socket")
-_URL_EXAMPLE = "redis://host:6379/0, rediss://host:6380/0 or redis+socket:///path/to/redis.sock"
+_URL_EXAMPLE = (
+    "redis://host:6379/0, rediss://host:6380/0, redis+socket:///path/to/redis.sock or "
+    f"{SENTINEL_EXAMPLE}"
+)
 
 
 _Shown = TypeVar("_Shown")
@@ -134,6 +156,9 @@ def masked_url(value: _Shown) -> _Shown:
 
 def check_broker_url(url: str) -> str:
     """``url`` if it is a Redis URL toolfleet can use, else ValueError saying what to write."""
+    if is_sentinel(url):
+        parse_sentinel(url)  # ValueError naming what is wrong
+        return url
     try:
         parts = urlsplit(url)
         port = parts.port  # raises on a port that is not a number in 0..65535

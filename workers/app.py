@@ -18,6 +18,7 @@ from kombu import Exchange, Queue
 from toolfleet.schemas.errors import ConfigurationError
 from toolfleet.schemas.keys import Keys
 from toolfleet.schemas.liveness import MonitorWatch
+from toolfleet.schemas.redis_url import is_sentinel
 from toolfleet.schemas.settings import Settings
 from toolfleet.schemas.tasks import EXECUTE_TASK
 from toolfleet.workers.app_info import DEFAULT_BROKER_URL, redis_url_of, registry_of, settings_of
@@ -83,7 +84,7 @@ def create_app(settings: Settings, *, registry: Registry = registry) -> Celery:
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=settings.sync_prefetch,
         broker_transport_options=_transport_options(settings),
-        result_backend_transport_options={"visibility_timeout": settings.visibility_timeout_s},
+        result_backend_transport_options=_backend_transport_options(settings),
         task_default_queue=settings.sync_queue,
         # Each queue on its own direct exchange: a bare Queue(name) would be bound to the
         # default exchange with the default routing key, so every call would reach both.
@@ -106,11 +107,19 @@ def create_app(settings: Settings, *, registry: Registry = registry) -> Celery:
     return app
 
 
-def _transport_options(settings: Settings) -> dict[str, float]:
+def _backend_transport_options(settings: Settings) -> dict[str, Any]:
+    options: dict[str, Any] = {"visibility_timeout": settings.visibility_timeout_s}
+    if is_sentinel(settings.result_backend):
+        # Celery's sentinel:// result backend asks the sentinels for this primary.
+        options["master_name"] = settings.sentinel_master
+    return options
+
+
+def _transport_options(settings: Settings) -> dict[str, Any]:
     # kombu sweeps unacked messages back to their queue only every interval x throttle
     # seconds (100 s by default); scale the sweep to the visibility timeout instead, so a
     # short timeout (tests, short tools) redelivers a dead worker's calls promptly.
-    return {
+    options: dict[str, Any] = {
         "visibility_timeout": settings.visibility_timeout_s,
         "unacked_restore_interval": max(1.0, min(10.0, settings.visibility_timeout_s / 2)),
         "unacked_restore_throttle": 1,
@@ -121,6 +130,11 @@ def _transport_options(settings: Settings) -> dict[str, float]:
         # twice, which its call_id record makes a no-op (C7).
         "unacked_mutex_expire": max(5, min(300, int(settings.visibility_timeout_s / 2))),
     }
+    if is_sentinel(settings.broker_url):
+        # kombu's SentinelChannel asks the sentinels of the URL for this primary, before
+        # each new connection: a failover is followed by reconnecting.
+        options["master_name"] = settings.sentinel_master
+    return options
 
 
 def _queue(name: str) -> Queue:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from celery import Celery
 
 from toolfleet.schemas.liveness import MonitorWatch
+from toolfleet.schemas.redis_url import with_master
 from toolfleet.schemas.settings import Settings
 from toolfleet.workers.registry import Registry
 
@@ -45,13 +46,17 @@ def monitor_watch_of(app: Celery) -> MonitorWatch | None:
 
 
 def redis_url_of(app: Celery) -> str:
-    """The redis-py URL of the app's broker, where call records are kept."""
-    return redis_url_from(str(app.conf.broker_url))
+    """The redis-py URL of the app's broker, where call records are kept (a Sentinel URL
+    carries its primary's name: build clients of it with toolfleet.schemas.redis_url)."""
+    settings: Settings | None = getattr(app, "toolfleet_settings", None)
+    master = settings.sentinel_master if settings is not None else None
+    return redis_url_from(str(app.conf.broker_url), master)
 
 
-def redis_url_from(broker_url: str | None) -> str:
-    """The redis-py URL of a broker URL as Settings and kombu spell it (None: the default)."""
-    url = broker_url or DEFAULT_BROKER_URL
+def redis_url_from(broker_url: str | None, sentinel_master: str | None = None) -> str:
+    """The redis-py URL of a broker URL as Settings and kombu spell it (None: the default),
+    with the primary's name folded into a Sentinel URL."""
+    url = with_master(broker_url or DEFAULT_BROKER_URL, sentinel_master)
     # kombu spells a unix socket redis+socket:///path; redis-py spells it unix:///path.
     if url.startswith("redis+socket://"):
         return "unix://" + url[len("redis+socket://") :]

@@ -134,15 +134,24 @@ class BundleStore:
             return
         keys, ttl_s, client = self.store.keys, self.store.record_ttl_s, self.store.client
         finish = client.register_script(FINISH_SCRIPT)
-        async with client.pipeline(transaction=False) as pipe:
-            for result, reply_to, store_record in writes:
-                if store_record:
-                    script_keys, args = finish_call(keys, result, reply_to, ttl_s)
-                    await finish(keys=script_keys, args=args, client=pipe)
-                elif reply_to:
-                    pipe.rpush(reply_to, result.model_dump_json())
-                    pipe.expire(reply_to, ttl_s)
-            await asyncio.shield(pipe.execute())
+
+        async def write() -> None:
+            async with client.pipeline(transaction=False) as pipe:
+                for result, reply_to, store_record in writes:
+                    if store_record:
+                        script_keys, args = finish_call(keys, result, reply_to, ttl_s)
+                        await finish(keys=script_keys, args=args, client=pipe)
+                    elif reply_to:
+                        pipe.rpush(reply_to, result.model_dump_json())
+                        pipe.expire(reply_to, ttl_s)
+                await pipe.execute()
+
+        if not self.store.replica_acks:
+            await asyncio.shield(write())
+            return
+        # TOOLFLEET_REPLICA_ACKS: the whole pipeline again until the replicas have it (each
+        # record's script keeps the first record; a reply pushed twice is read once).
+        await asyncio.shield(self.store.through_outage(lambda: self.store.replicated(write())))
 
 
 class BundleRuntime:

@@ -7,9 +7,8 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-import redis.asyncio as aioredis
-
 from toolfleet.schemas.keys import Keys
+from toolfleet.schemas.redis_url import async_client
 from toolfleet.workers.runtime import WorkerRuntime
 
 __all__ = ["listen_for_cancels"]
@@ -25,7 +24,7 @@ async def listen_for_cancels(runtime: WorkerRuntime, cancel: Callable[[str], Non
     cancelled; a lost connection is re-opened after a short backoff."""
     channel = Keys(runtime.settings.key_prefix).cancel_channel()
     while True:
-        client = aioredis.Redis.from_url(runtime.redis_url)
+        client = async_client(runtime.redis_url)
         try:
             async with client.pubsub() as pubsub:
                 await pubsub.subscribe(channel)

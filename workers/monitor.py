@@ -28,6 +28,7 @@ from celery import Celery
 from toolfleet.schemas import liveness
 from toolfleet.schemas.keys import Keys
 from toolfleet.schemas.liveness import WATCH_CACHE_S
+from toolfleet.schemas.redis_url import sync_client
 from toolfleet.workers.app_info import monitor_watch_of, redis_url_of, settings_of
 from toolfleet.workers.celery_internals import every, task_events_off
 
@@ -55,7 +56,7 @@ def monitor_key(app: Celery) -> str:
 def _redis_for(app: Celery) -> redis.Redis:
     client: redis.Redis | None = getattr(app, "toolfleet_monitor_redis", None)
     if client is None:
-        client = redis.Redis.from_url(redis_url_of(app), socket_timeout=5.0)
+        client = sync_client(redis_url_of(app), socket_timeout=5.0)
         app.toolfleet_monitor_redis = client
     return client
 

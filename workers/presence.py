@@ -20,6 +20,7 @@ from celery import Celery, signals
 
 from toolfleet.schemas.keys import Keys
 from toolfleet.schemas.liveness import PRESENCE_STALE_S, live_since
+from toolfleet.schemas.redis_url import sync_client
 from toolfleet.workers.app_info import redis_url_of, settings_of
 from toolfleet.workers.app_signals import connect as connect_signal
 from toolfleet.workers.celery_internals import consumed_queues
@@ -87,7 +88,7 @@ def register_presence(app: Celery) -> None:
 
     def start(sender: Any = None, **_: Any) -> None:
         presence = Presence(
-            redis.Redis.from_url(redis_url_of(app), socket_timeout=5),
+            sync_client(redis_url_of(app), socket_timeout=5),
             Keys(settings_of(app).key_prefix),
             str(getattr(sender, "hostname", None) or "unknown"),
             consumed_queues(app),

@@ -37,6 +37,7 @@ from typing import Any
 import redis
 
 from toolfleet.schemas.progress import ProgressReport, encode
+from toolfleet.schemas.redis_url import sync_client
 from toolfleet.schemas.settings import Settings
 from toolfleet.schemas.wire import CallMessage
 from toolfleet.workers.app_info import redis_url_from
@@ -183,7 +184,7 @@ class ProgressSender:
     """One daemon thread per process that sends what the reporters have due, in one pipeline."""
 
     def __init__(self, redis_url: str, ttl_s: int) -> None:
-        self._client = redis.Redis.from_url(
+        self._client = sync_client(
             redis_url, socket_timeout=_REDIS_TIMEOUT_S, socket_connect_timeout=_REDIS_TIMEOUT_S
         )
         self._ttl_s = ttl_s
@@ -247,7 +248,7 @@ _senders_lock = threading.Lock()
 def sender_for(settings: Settings) -> ProgressSender:
     """This process's sender to the broker of ``settings`` (made on first use, so never
     before a prefork child is forked)."""
-    url = redis_url_from(settings.broker_url)
+    url = redis_url_from(settings.broker_url, settings.sentinel_master)
     key = (os.getpid(), url, settings.record_ttl_s)
     with _senders_lock:
         sender = _senders.get(key)

@@ -89,7 +89,10 @@ class WorkerRuntime:
         self.redis_url = redis_url_of(app)
         self.pid = os.getpid()
         self.sync_store = SyncRecordStore.from_url(
-            self.redis_url, self.keys, record_ttl_s=self.settings.record_ttl_s
+            self.redis_url,
+            self.keys,
+            record_ttl_s=self.settings.record_ttl_s,
+            replica_acks=self.settings.replica_acks,
         )
         self.heartbeat = Heartbeat(self.sync_store)
         self._async_stores: dict[int, AsyncRecordStore] = {}
@@ -105,6 +108,7 @@ class WorkerRuntime:
                 self.keys,
                 record_ttl_s=self.settings.record_ttl_s,
                 outage_limit_s=self.settings.outage_limit_s,
+                replica_acks=self.settings.replica_acks,
             )
             self._async_stores[id(loop)] = store
         return store

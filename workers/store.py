@@ -19,6 +19,12 @@ import redis.asyncio as aioredis
 from toolfleet.schemas.keys import Keys
 from toolfleet.schemas.liveness import HEARTBEAT_STALE_S, StartedMarker
 from toolfleet.schemas.outage import through_outage
+from toolfleet.schemas.redis_url import (
+    async_pooled_client,
+    sync_client,
+    wait_for_replicas,
+    wait_for_replicas_sync,
+)
 from toolfleet.schemas.settings import Settings
 from toolfleet.schemas.wire import CallResult
 from toolfleet.workers.limit_scripts import SLOT_RENEW_SCRIPT
@@ -119,10 +125,13 @@ class AsyncRecordStore:
         *,
         record_ttl_s: int,
         outage_limit_s: float | None = None,
+        replica_acks: int = 0,
     ) -> None:
         self.client = client
         self.keys = keys
         self.record_ttl_s = record_ttl_s
+        # TOOLFLEET_REPLICA_ACKS: a record counts as written once this many replicas have it.
+        self.replica_acks = replica_acks
         # None: Settings' default (TOOLFLEET_OUTAGE_LIMIT_S), the one default there is.
         self.outage_limit_s = (
             Settings().outage_limit_s if outage_limit_s is None else outage_limit_s
@@ -141,18 +150,24 @@ class AsyncRecordStore:
 
     @classmethod
     def from_url(
-        cls, url: str, keys: Keys, *, record_ttl_s: int, outage_limit_s: float | None = None
+        cls,
+        url: str,
+        keys: Keys,
+        *,
+        record_ttl_s: int,
+        outage_limit_s: float | None = None,
+        replica_acks: int = 0,
     ) -> AsyncRecordStore:
         # Hundreds of coroutines share this client. redis-py's default pool raises
         # MaxConnectionsError past 100 connections; a blocking pool makes them take turns.
-        pool = aioredis.BlockingConnectionPool.from_url(
-            url, max_connections=ASYNC_MAX_CONNECTIONS, timeout=ASYNC_CONNECTION_WAIT_S
-        )
         return cls(
-            aioredis.Redis(connection_pool=pool),
+            async_pooled_client(
+                url, max_connections=ASYNC_MAX_CONNECTIONS, timeout=ASYNC_CONNECTION_WAIT_S
+            ),
             keys,
             record_ttl_s=record_ttl_s,
             outage_limit_s=outage_limit_s,
+            replica_acks=replica_acks,
         )
 
     async def terminal(self, call_id: str) -> CallResult | None:
@@ -215,8 +230,18 @@ class AsyncRecordStore:
         # Retried through a stall: a try whose reply was lost leaves our record standing, so
         # the retry returns False and the caller reads that record back.
         keys, args = finish_call(self.keys, result, reply_to, self.record_ttl_s)
-        stored = await self.through_outage(lambda: self._finish(keys=keys, args=args))
+        stored = await self.through_outage(
+            lambda: self.replicated(self._finish(keys=keys, args=args))
+        )
         return bool(stored)
+
+    async def replicated(self, write: Awaitable[Any]) -> Any:
+        """``write``'s answer once TOOLFLEET_REPLICA_ACKS replicas hold it (a shortfall is a
+        redis TimeoutError: the caller retries the write too, since the primary that took it
+        may be gone with it after a failover)."""
+        answer = await write
+        await wait_for_replicas(self.client, self.replica_acks)
+        return answer
 
     async def through_outage(self, operation: Callable[[], Awaitable[Any]]) -> Any:
         """Run ``operation``, retrying a broker connection error or timeout with backoff for
@@ -247,15 +272,20 @@ class AsyncRecordStore:
 class SyncRecordStore:
     """Blocking variants, for signal handlers and the heartbeat thread."""
 
-    def __init__(self, client: redis.Redis, keys: Keys, *, record_ttl_s: int) -> None:
+    def __init__(
+        self, client: redis.Redis, keys: Keys, *, record_ttl_s: int, replica_acks: int = 0
+    ) -> None:
         self.client = client
         self.keys = keys
         self.record_ttl_s = record_ttl_s
+        self.replica_acks = replica_acks
         self._renew = client.register_script(SLOT_RENEW_SCRIPT)
 
     @classmethod
-    def from_url(cls, url: str, keys: Keys, *, record_ttl_s: int) -> SyncRecordStore:
-        return cls(redis.Redis.from_url(url), keys, record_ttl_s=record_ttl_s)
+    def from_url(
+        cls, url: str, keys: Keys, *, record_ttl_s: int, replica_acks: int = 0
+    ) -> SyncRecordStore:
+        return cls(sync_client(url), keys, record_ttl_s=record_ttl_s, replica_acks=replica_acks)
 
     def terminal(self, call_id: str) -> CallResult | None:
         raw: Any = self.client.get(self.keys.event(call_id))
@@ -268,6 +298,8 @@ class SyncRecordStore:
             self.keys.event(result.call_id), payload, nx=True, ex=self.record_ttl_s
         ):
             return False
+        # A signal handler has no outage loop: one WAIT, a shortfall raises (and is logged).
+        wait_for_replicas_sync(self.client, self.replica_acks)
         pipe = self.client.pipeline(transaction=True)
         pipe.delete(self.keys.started(result.call_id))
         if reply_to:

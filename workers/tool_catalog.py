@@ -18,6 +18,7 @@ import redis
 from celery import Celery, signals
 
 from toolfleet.schemas.keys import Keys
+from toolfleet.schemas.redis_url import sync_client
 from toolfleet.workers.app_info import redis_url_of, registry_of, settings_of
 from toolfleet.workers.app_signals import connect as connect_signal
 
@@ -41,7 +42,7 @@ def register_tool_catalog(app: Celery) -> None:
     """Announce the worker's tools once it is ready (its tool modules are loaded by then)."""
 
     def announce(sender: Any = None, **_: Any) -> None:
-        client = redis.Redis.from_url(redis_url_of(app), socket_timeout=5)
+        client = sync_client(redis_url_of(app), socket_timeout=5)
         try:
             announce_tools(app, client)
         except redis.RedisError as exc:  # the presence beat reports a broker that is gone

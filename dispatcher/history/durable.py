@@ -32,6 +32,7 @@ from redis.exceptions import RedisError
 from toolfleet.dispatcher.watch.outage_log import outage_log
 from toolfleet.schemas.keys import Keys
 from toolfleet.schemas.outage import OutageRetry, broker_unreachable
+from toolfleet.schemas.redis_url import replica_acks_of, wait_for_replicas
 
 __all__ = ["APPEND_SCRIPT", "Chunk", "DurableLog", "Progress", "append_chunk", "replace_history"]
 
@@ -236,6 +237,9 @@ class DurableLog:
                         self._restore_pending = False
                         continue
                     await append_chunk(client, keys, self.branch_id, self._backlog[0], ttl_s)
+                    # TOOLFLEET_REPLICA_ACKS: written once the replicas have it (a shortfall
+                    # is retried like an outage; the append above is idempotent).
+                    await wait_for_replicas(client, replica_acks_of(client))
                 except (RedisError, OSError) as exc:
                     self.last_error = f"{type(exc).__name__}: {exc}"
                     if broker_unreachable(exc):

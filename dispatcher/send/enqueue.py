@@ -20,6 +20,7 @@ from toolfleet.schemas.function_calling import redact
 from toolfleet.schemas.keys import Keys
 from toolfleet.schemas.limits import limit_wait_of
 from toolfleet.schemas.outage import broker_unreachable
+from toolfleet.schemas.redis_url import sync_client
 from toolfleet.schemas.settings import Settings
 from toolfleet.schemas.tasks import EXECUTE_TASK, task_id_for
 from toolfleet.schemas.tool import Tool
@@ -123,7 +124,7 @@ def cancel_running(
         return 0
     if isinstance(app_or_redis, Celery):
         keys = keys or Keys(settings_of(app_or_redis).key_prefix)
-        client = redis.Redis.from_url(redis_url_of(app_or_redis))
+        client = sync_client(redis_url_of(app_or_redis))
         owned = True
     else:
         keys = keys or Keys()

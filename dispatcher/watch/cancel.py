@@ -24,6 +24,7 @@ from redis.exceptions import RedisError
 from toolfleet.dispatcher.fleet import Fleet
 from toolfleet.schemas.liveness import StartedMarker
 from toolfleet.schemas.record import not_run_result
+from toolfleet.schemas.redis_url import replica_acks_of, wait_for_replicas
 from toolfleet.schemas.status import EventStatus
 from toolfleet.schemas.tool import Tool
 from toolfleet.schemas.wire import CallMessage, CallResult
@@ -198,6 +199,7 @@ async def _store(fleet: Fleet, results: dict[str, CallResult]) -> dict[str, Call
         # still running it cannot store its record, so never drops the marker) and count as
         # in flight. Redeliveries look at the terminal record first, so nothing needs it.
         await client.delete(*(fleet.keys.started(call_id) for call_id in ours_stand))
+        await wait_for_replicas(client, replica_acks_of(client))  # TOOLFLEET_REPLICA_ACKS
     return standing
 
 

@@ -35,6 +35,7 @@ from redis.exceptions import RedisError, ResponseError
 from toolfleet.dispatcher.watch.outage_log import outage_log
 from toolfleet.dispatcher.watch.stopping import cancel_and_wait, raise_if_cancelled
 from toolfleet.schemas.progress import ProgressReport, decode, is_progress
+from toolfleet.schemas.redis_url import async_client
 from toolfleet.schemas.wire import CallResult
 
 __all__ = ["Collector", "connect"]
@@ -72,10 +73,8 @@ def connect(redis_url: str) -> aioredis.Redis:
     if redis_url.startswith("unix:"):
         # A Unix socket has no keepalive (redis-py refuses the option): a dead server is a
         # reset connection at once.
-        return aioredis.Redis.from_url(
-            redis_url, socket_timeout=_READ_TIMEOUT_S, socket_connect_timeout=5.0
-        )
-    return aioredis.Redis.from_url(
+        return async_client(redis_url, socket_timeout=_READ_TIMEOUT_S, socket_connect_timeout=5.0)
+    return async_client(
         redis_url,
         socket_timeout=_READ_TIMEOUT_S,
         socket_connect_timeout=5.0,

@@ -15,13 +15,16 @@ import uuid
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import TYPE_CHECKING
 
-import redis.asyncio as aioredis
-
 from toolfleet.dispatcher.history.durable import DurableLog
 from toolfleet.dispatcher.watch.broker_watch import BrokerWatch
 from toolfleet.dispatcher.watch.collector import Collector, connect
 from toolfleet.dispatcher.watch.reconciler import Reconciler
 from toolfleet.schemas.keys import Keys
+from toolfleet.schemas.redis_url import (
+    async_client,
+    check_sentinel_master,
+    require_replica_acks,
+)
 from toolfleet.schemas.settings import Settings
 
 if TYPE_CHECKING:
@@ -42,13 +45,16 @@ class LoopBinding:
         on_loop_end: Callable[[LoopBinding], Awaitable[None]],
     ) -> None:
         self.loop = asyncio.get_running_loop()
+        # A Sentinel URL: a primary name no sentinel monitors is a ConfigurationError here,
+        # once per loop, not calls retried through an "outage" that never ends.
+        check_sentinel_master(redis_url, timeout_s=1.0)
         self.dispatcher_id = uuid.uuid4().hex
         self.reply_key = keys.reply(self.dispatcher_id)
         # The history, journal and publishing client reads as the collector's does
         # (toolfleet.dispatcher.watch.collector.connect): redis-py's default 5 s read timeout counts
         # loop time, so a loop kept busy by a large window timed out replies already in the socket —
         # a history write retried, a publish sent twice. A dead broker is found by keepalive.
-        self.redis = connect(redis_url)
+        self.redis = require_replica_acks(connect(redis_url), settings.replica_acks)
         self.collector = Collector(connect(redis_url), self.reply_key, keys.event)
         self.collector.start()
         # The histories of branches with a batch in flight on this loop (each with its count
@@ -59,7 +65,7 @@ class LoopBinding:
             # Keeps redis-py's 5 s read timeout: its probe is how a stalled broker (alive to
             # TCP keepalive, answering nothing) is noticed; a probe missed to a busy loop only
             # starts an outage that a later probe ends.
-            aioredis.Redis.from_url(redis_url),
+            async_client(redis_url),
             self.collector,
             keys,
             redis_url,

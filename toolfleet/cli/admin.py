@@ -76,10 +76,11 @@ def _fleet_settings(*, start_saved: bool) -> Iterator[tuple[Settings, str]]:
 
     settings = Settings.from_env()
     if settings.broker_url:
-        from toolfleet.embedded import redis_py_url
+        from toolfleet.workers.app_info import redis_url_from
 
         # One line naming the broker, not a traceback from deep inside, when it is down.
-        check_reachable(redis_py_url(settings.broker_url), settings.broker_url)
+        url = redis_url_from(settings.broker_url, settings.sentinel_master)
+        check_reachable(url, settings.broker_url)
         yield settings, ENV_PREFIX + "BROKER_URL"
         return
     for pid, url in live_fleets(settings):
@@ -130,6 +131,25 @@ def _topology_table(broker: dict[str, Any]) -> Table:
     return table
 
 
+def _sentinel_table(views: list[dict[str, Any]]) -> Table:
+    """Each sentinel's view of the primary (a Sentinel broker URL): the address it names, the
+    quorum, how many sentinels and replicas it knows, its flags for the primary."""
+    table = Table(title="sentinels", header_style="bold")
+    for column in ("sentinel", "primary", "quorum", "sentinels", "replicas", "flags"):
+        table.add_column(column)
+    for view in views:
+        if "error" in view:
+            table.add_row(view["sentinel"], f"no answer: {view['error']}", "", "", "", "")
+        elif "primary" not in view:
+            known = ", ".join(view.get("known", [])) or "nothing"
+            table.add_row(view["sentinel"], f"does not monitor it (monitors {known})",
+                          "", "", "", "")  # fmt: skip
+        else:
+            table.add_row(view["sentinel"], view["primary"], str(view["quorum"]),
+                          str(view["sentinels"]), str(view["replicas"]), view["flags"])  # fmt: skip
+    return table
+
+
 def orphaned_batches(client: Any, keys: Any) -> list[dict[str, str]]:
     """Open batches whose dispatcher no longer beats: ``toolfleet recover`` them."""
     found: list[dict[str, str]] = []
@@ -171,10 +191,10 @@ def running_by_worker(client: Any, keys: Any) -> Counter[str]:
 
 def fleet_status(settings: Settings, *, timeout_s: float) -> dict[str, Any]:
     """Workers online (with their running calls), queue depths and calls in flight."""
-    import redis
 
     from toolfleet.dispatcher.send.kombu_internals import count_reserved
     from toolfleet.schemas.keys import Keys
+    from toolfleet.schemas.redis_url import is_sentinel, sentinel_views, sync_client
     from toolfleet.workers.app import create_app, redis_url_of
 
     app = create_app(settings)
@@ -184,13 +204,15 @@ def fleet_status(settings: Settings, *, timeout_s: float) -> dict[str, Any]:
             app.control.inspect(timeout=timeout_s).active() or {}
         )
         queues = queue_depths(app, [settings.queue_for("sync"), settings.queue_for("async")])
-        client = redis.Redis.from_url(redis_url_of(app))
+        client = sync_client(redis_url_of(app))
         try:
             running = running_by_worker(client, Keys(settings.key_prefix))
             in_flight = sum(running.values())
             unacked = count_reserved(client)
             orphaned = orphaned_batches(client, Keys(settings.key_prefix))
             broker = {"persistence": persistence(client), **topology(client)}
+            if is_sentinel(settings.broker_url):
+                broker["sentinels"] = sentinel_views(redis_url_of(app))
         finally:
             client.close()
     finally:
@@ -231,6 +253,8 @@ def _status(args: argparse.Namespace) -> int:
     out = Console()
     out.print(f"broker {status['broker']} (from {source})")
     out.print(_topology_table(status["topology"]))
+    if "sentinels" in status["topology"]:
+        out.print(_sentinel_table(status["topology"]["sentinels"]))
     for line in status["warnings"]:
         out.print(f"[yellow]{line}[/]", highlight=False)
     workers = Table(title=f"workers online: {len(status['workers'])}", header_style="bold")

@@ -11,6 +11,7 @@ import redis
 from kombu.exceptions import ChannelError
 
 from toolfleet.schemas.errors import ConfigurationError
+from toolfleet.schemas.redis_url import check_sentinel_master, sync_client
 from toolfleet.schemas.settings import ENV_PREFIX, masked_url
 
 __all__ = ["check_reachable", "queue_depths"]
@@ -20,12 +21,11 @@ def check_reachable(
     redis_url: str, broker_url: str | None = None, *, timeout_s: float = 2.0
 ) -> None:
     """PING ``redis_url``; ConfigurationError naming the (masked) broker URL if it is silent."""
-    client = redis.Redis.from_url(
-        redis_url, socket_connect_timeout=timeout_s, socket_timeout=timeout_s
-    )
+    client = sync_client(redis_url, socket_connect_timeout=timeout_s, socket_timeout=timeout_s)
     try:
         client.ping()
     except redis.RedisError as exc:
+        check_sentinel_master(redis_url, timeout_s=timeout_s)  # a wrong primary name
         shown = masked_url(broker_url or redis_url)
         raise ConfigurationError(
             f"the broker {shown} does not answer ({exc}); check that it is running, or fix "

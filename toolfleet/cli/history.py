@@ -69,10 +69,10 @@ def _calls_count(text: str) -> int:
 
 def load_history(settings: Settings, branch_id: str) -> tuple[list[Any], list[EventRecord]]:
     """The messages and event records stored for ``branch_id``, in written order."""
-    import redis.asyncio as aioredis
 
     from toolfleet.dispatcher.history.history import load_records
     from toolfleet.schemas.keys import Keys
+    from toolfleet.schemas.redis_url import async_client
     from toolfleet.workers.app import create_app, redis_url_of
 
     app = create_app(settings)
@@ -81,7 +81,7 @@ def load_history(settings: Settings, branch_id: str) -> tuple[list[Any], list[Ev
     check_reachable(url, settings.broker_url)
 
     async def load() -> tuple[list[Any], list[EventRecord]]:
-        client = aioredis.Redis.from_url(url)
+        client = async_client(url)
         try:
             messages, events = await load_records(client, Keys(settings.key_prefix), branch_id)
         finally:

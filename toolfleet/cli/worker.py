@@ -183,9 +183,10 @@ def _wait_for_broker(app: Any, broker_url: str, wait_s: float = BROKER_WAIT_S) -
     masked URL if it does not within ``wait_s`` or its host does not resolve."""
     import redis
 
+    from toolfleet.schemas.redis_url import check_sentinel_master, sync_client
     from toolfleet.workers.app import redis_url_of
 
-    client = redis.Redis.from_url(redis_url_of(app), socket_connect_timeout=2.0, socket_timeout=2.0)
+    client = sync_client(redis_url_of(app), socket_connect_timeout=2.0, socket_timeout=2.0)
     deadline = time.monotonic() + wait_s
     try:
         while True:
@@ -193,6 +194,7 @@ def _wait_for_broker(app: Any, broker_url: str, wait_s: float = BROKER_WAIT_S) -
                 client.ping()
                 return
             except redis.RedisError as exc:
+                check_sentinel_master(redis_url_of(app))  # a wrong primary name
                 unknown_host = "Name or service not known" in str(exc)
                 if unknown_host or time.monotonic() > deadline:
                     raise ConfigurationError(
@@ -210,9 +212,10 @@ def _warn_without_persistence(app: Any, broker_url: str) -> None:
     import redis
 
     from toolfleet.cli.broker_topology import persistence, persistence_warning
+    from toolfleet.schemas.redis_url import sync_client
     from toolfleet.workers.app import redis_url_of
 
-    client = redis.Redis.from_url(redis_url_of(app), socket_connect_timeout=2.0, socket_timeout=2.0)
+    client = sync_client(redis_url_of(app), socket_connect_timeout=2.0, socket_timeout=2.0)
     try:
         warning = persistence_warning(persistence(client), masked_url(broker_url))
     except redis.RedisError:
