@@ -61,8 +61,16 @@ def services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return services
 
 
-def toolfleet_services(services: dict[str, dict[str, Any]]) -> list[str]:
-    return [name for name, spec in services.items() if spec.get("command", [""])[0] == "toolfleet"]
+def toolfleet_services(
+    services: dict[str, dict[str, Any]], profile: str | None = None
+) -> list[str]:
+    """The services running toolfleet: the default stack's, or those of ``profile``."""
+    return [
+        name
+        for name, spec in services.items()
+        if spec.get("command", [""])[0] == "toolfleet"
+        and (profile in spec["profiles"] if "profiles" in spec else profile is None)
+    ]
 
 
 def test_compose_has_the_fleet_services(services: dict[str, dict[str, Any]]) -> None:
@@ -179,3 +187,42 @@ def test_docker_compose_config_is_valid() -> None:
         timeout=60,
     )
     assert result.returncode == 0, result.stderr
+
+
+SENTINEL_CONF = ROOT / "deploy" / "sentinel" / "sentinel.conf"
+
+
+def test_the_sentinel_profile_runs_a_primary_a_replica_three_sentinels_and_workers(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    """``docker compose --profile sentinel``: the workers know only the sentinels and the
+    primary's name, which is the one deploy/sentinel/sentinel.conf monitors with quorum 2."""
+    monitor = re.search(
+        r"^sentinel monitor (\S+) (\S+) (\d+) (\d+)$", SENTINEL_CONF.read_text(), re.M
+    )
+    assert monitor, "deploy/sentinel/sentinel.conf has no `sentinel monitor` line"
+    name, host, port, quorum = monitor.groups()
+    assert (host, port, quorum) == ("redis-primary", "6379", "2")
+    profiled = {n for n, spec in services.items() if "sentinel" in spec.get("profiles", [])}
+    sentinels = {"sentinel-1", "sentinel-2", "sentinel-3"}
+    assert {"redis-primary", "redis-replica", *sentinels} <= profiled
+    assert "--replicaof redis-primary 6379" in services["redis-replica"]["command"][-1]
+    for data in ("redis-primary", "redis-replica"):
+        assert "--appendfsync always" in services[data]["command"][-1]
+        assert "ports" not in services[data]
+    for sentinel in sentinels:
+        assert services[sentinel]["environment"]["SENTINEL_HOSTNAME"] == sentinel
+        mounted = " ".join(services[sentinel]["volumes"])
+        assert "deploy/sentinel/sentinel.conf" in mounted and "sentinel-entrypoint.sh" in mounted
+    assert (ROOT / "deploy" / "sentinel" / "sentinel-entrypoint.sh").exists()
+    workers = toolfleet_services(services, "sentinel")
+    assert set(workers) == {"worker-sync-sentinel", "worker-async-sentinel"}
+    for worker in workers:
+        settings = Settings.from_env(services[worker]["environment"])
+        assert settings.sentinel_master == name
+        assert settings.broker_url == (
+            "sentinel://:compose-test-pw@sentinel-1:26379/0;"
+            "sentinel://sentinel-2:26379;sentinel://sentinel-3:26379"
+        )
+        args = build_parser().parse_args([str(p) for p in services[worker]["command"][1:]])
+        assert args.kind in ("sync", "async")
