@@ -149,6 +149,7 @@ async def _settle(
                 if time.time() >= held.request.expires_at:  # its approval time is over
                     why = "no decision within its approval time"
                     decided = await expire_parked(fleet, held, why)
+                    held.request = decided  # the final word, which its unit records
                     records[call.call_id] = refusal_result(_message(entry, call), decided)
                 # else not lost: waiting for its decision
             elif held is not None and not held.request.approved:
@@ -168,6 +169,7 @@ async def _settle(
     for call in [c for c in pending if c.call_id in parked and parked[c.call_id].request.waiting]:
         why = f"`toolfleet recover` stopped waiting for a decision after {wait_s:g}s"
         decided = await expire_parked(fleet, parked[call.call_id], why)
+        parked[call.call_id].request = decided  # the final word, which its unit records
         records[call.call_id] = refusal_result(_message(entry, call), decided)
     pending = [c for c in pending if c.call_id not in records]
     records.update(await _stop(fleet, entry, pending, wait_s))
@@ -233,6 +235,10 @@ def _unit(
     if status is EventStatus.ABORTED:
         output = {"error": error, "function": call.function, "arguments": call.arguments}
     elif status is EventStatus.SKIPPED:  # denied, or not decided in time, while parked
+        if held is not None and not held.request.waiting:
+            # The model reads the refusal itself (who said no, and why), without the error
+            # class a record's error carries: what a live dispatcher gives it (unapproved_unit).
+            error = held.request.refusal_text()
         output = {"error": error, "function": call.function}
     tool_call_id = call.tool_call_id or None
     request, response = link_pair(
