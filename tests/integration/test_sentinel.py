@@ -1,7 +1,8 @@
 """A fleet behind Redis Sentinel, with real processes: a primary, a replica, three sentinels,
 ``toolfleet worker`` processes and a dispatcher all given only the sentinels' URL and the
 primary's name. ``toolfleet status`` shows each sentinel's view of the primary, and each way
-to get the setting wrong is one line naming what is missing. (A failover mid-batch:
+to get the setting wrong is one line naming what is missing. ``history``, ``recover``,
+``approvals`` and ``mcp`` reach the fleet through the sentinels too. (A failover mid-batch:
 tests/chaos/test_chaos_sentinel_failover.py.)"""
 
 from __future__ import annotations
@@ -11,10 +12,13 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
+import anyio
+import mcp_types as types
 import pytest
+from mcp import Client, StdioServerParameters
 
-from tests.support.cli_support import toolfleet
-from tests.support.fleet import WorkerProcess, assert_linked_pairs, start_worker
+from tests.support.cli_support import cli_env, toolfleet, toolfleet_argv
+from tests.support.fleet import REPO_ROOT, WorkerProcess, assert_linked_pairs, start_worker
 from tests.support.sentinel_cluster import MASTER, SentinelCluster
 from toolfleet.dispatcher import Branch, Fleet
 from toolfleet.schemas.errors import ConfigurationError
@@ -69,9 +73,34 @@ def test_a_worker_and_a_dispatcher_work_end_to_end_through_a_sentinel_url(
         shown = toolfleet("history", branch_id, "--json", home=tmp_path, env=_env(cluster))
         assert shown.returncode == 0, shown.stderr
         assert shown.stdout.count('"call_id"') >= 2
+        # So do recover (nothing left open: it read the journals), approvals and mcp.
+        recovered = toolfleet("recover", branch_id, "--json", home=tmp_path, env=_env(cluster))
+        assert recovered.returncode == 1 and "no open batch" in recovered.stderr
+        waiting = toolfleet("approvals", "--json", home=tmp_path, env=_env(cluster))
+        assert waiting.returncode == 0 and waiting.stdout == "", waiting.stderr
+        assert _mcp_add(cluster, tmp_path) == "3"
     finally:
         for worker in workers:
             worker.stop(timeout_s=10)
+
+
+def _mcp_add(cluster: SentinelCluster, home: Path) -> str:
+    """``toolfleet mcp`` over stdio through the sentinels: the text of one ``add`` call."""
+    argv = toolfleet_argv("mcp", "--tools", TOOLS[0])
+    params = StdioServerParameters(
+        command=argv[0], args=argv[1:], env=cli_env(home, _env(cluster)), cwd=str(REPO_ROOT)
+    )
+
+    async def main() -> str:
+        with anyio.fail_after(60):
+            async with Client(params) as client:
+                result = await client.call_tool("add", {"a": 1, "b": 2})
+        assert not result.is_error
+        [content] = result.content
+        assert isinstance(content, types.TextContent)
+        return content.text
+
+    return anyio.run(main)
 
 
 def test_status_shows_each_sentinels_view_of_the_primary(
