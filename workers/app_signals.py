@@ -25,7 +25,10 @@ RECEIVER_UID = "toolfleet.app_signals"
 
 Handler = Callable[..., None]
 
-_lock = threading.Lock()
+# Re-entrant: the garbage collector may run an old app's finalizer (``_forget``) on this very
+# thread while ``connect`` holds the lock (any allocation there can start a collection); a
+# plain lock would deadlock the thread on itself.
+_lock = threading.RLock()
 # id(app) → a weak reference to the app: an app nobody holds is collected even if it was never
 # closed. Its handlers live on the app itself (they refer to it), never in this module.
 _apps: dict[int, weakref.ref[Celery]] = {}

@@ -4,6 +4,7 @@ the app (toolfleet.workers.app_signals); closed apps are collected."""
 from __future__ import annotations
 
 import gc
+import threading
 import weakref
 from typing import Any
 
@@ -11,6 +12,7 @@ from celery import Celery, signals
 from celery.utils.dispatch import Signal
 
 from toolfleet.schemas.settings import Settings
+from toolfleet.workers import app_signals
 from toolfleet.workers.app import create_app
 from toolfleet.workers.app_signals import connect, detach, live_apps
 
@@ -96,3 +98,31 @@ def test_a_signal_reaches_only_the_handlers_of_its_senders_app(redis_url: str) -
         detach(first)
         detach(second)
     assert first not in live_apps() and second not in live_apps()
+
+
+def test_an_apps_finalizer_run_by_the_collector_inside_connect_does_not_deadlock(
+    redis_url: str,
+) -> None:
+    """The collector may finalize an old app on the thread that is inside connect() (holding
+    the registry's lock): the finalizer must get through, not wait on its own thread."""
+    app = create_app(Settings(broker_url=redis_url))
+    old = create_app(Settings(broker_url=redis_url))
+    finalizer = weakref.finalize(old, lambda: None)  # how connect() registered it, in effect
+    del old
+    outcome: list[str] = []
+
+    def do_nothing(**_: Any) -> None:
+        pass
+
+    def run() -> None:
+        with app_signals._lock:  # as connect() holds it while it allocates
+            gc.collect()  # the old app's real finalizer (_forget) runs here
+        connect(app, signals.worker_ready, do_nothing)
+        outcome.append("done")
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(timeout=10)
+    assert outcome == ["done"], "connect() deadlocked on its own lock under a collection"
+    assert not finalizer.alive
+    detach(app)
