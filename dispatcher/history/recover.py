@@ -34,6 +34,7 @@ from toolfleet.dispatcher.history.recover_approvals import (
     ParkedCall,
     expire_parked,
     parked_calls,
+    refresh_parked,
     refusal_result,
     send_approved,
 )
@@ -136,9 +137,7 @@ async def _settle(
         if not pending:
             break
         now = time.monotonic()
-        parked.update(
-            await parked_calls(fleet, [c.call_id for c in pending if c.call_id in parked])
-        )
+        await refresh_parked(fleet, parked, [c.call_id for c in pending])
         sightings = await locate(fleet.redis, fleet.keys, [c.call_id for c in pending], queues)
         for call in pending:
             sighting = sightings[call.call_id]
