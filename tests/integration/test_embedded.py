@@ -10,7 +10,9 @@ import signal
 import stat
 import subprocess
 import sys
+import tempfile
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -51,7 +53,16 @@ def _group_members(pgids: set[int]) -> list[int]:
     return members
 
 
-def test_embedded_fleet_runs_calls_and_stops_every_process(tmp_path: Path) -> None:
+@pytest.fixture()
+def short_dir() -> Iterator[Path]:
+    """A directory whose socket paths stay under the 107 bytes a Unix socket may have, however
+    deep pytest's own temporary directories are (a parallel run nests them one level more)."""
+    with tempfile.TemporaryDirectory(prefix="tf-", dir="/tmp") as name:
+        yield Path(name)
+
+
+def test_embedded_fleet_runs_calls_and_stops_every_process(short_dir: Path) -> None:
+    tmp_path = short_dir
     base = Settings(run_dir=str(tmp_path / "tf"))
     # Left by a toolfleet that was SIGKILLed (pid beyond pid_max: never alive).
     stale = tmp_path / "tf" / "run" / "999999999"
