@@ -97,6 +97,11 @@ def test_a_parked_call_holds_no_worker_and_is_approved_from_a_second_terminal(
         assert ("refund", 1) not in ran(side)
         assert await fleet.redis.llen(settings.queue_for("sync")) == 0
         assert not acting.done()
+        # toolfleet status counts it, and says where to look.
+        status = await cli(env, tmp_path, "status", "--json", "--timeout", "0.3")
+        assert json.loads(status.stdout)["awaiting_approval"]["count"] == 1, status.stderr
+        shown = await cli(env, tmp_path, "status", "--timeout", "0.3")
+        assert "calls awaiting approval: 1" in shown.stdout
 
         approved = await cli(env, tmp_path, "approve", waiting["call_id"], "--by", "alice")
         assert approved.returncode == 0, approved.stderr

@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import shutil
+import time
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -164,6 +165,14 @@ def orphaned_batches(client: Any, keys: Any) -> list[dict[str, str]]:
     return found
 
 
+def awaiting_approval(client: Any, keys: Any) -> dict[str, Any]:
+    """How many calls are parked for approval, and how long the oldest has waited."""
+    count = int(client.zcard(keys.approvals()))
+    oldest = client.zrange(keys.approvals(), 0, 0, withscores=True)
+    age_s = round(max(0.0, time.time() - float(oldest[0][1])), 1) if oldest else None
+    return {"count": count, "oldest_age_s": age_s}
+
+
 def running_by_worker(client: Any, keys: Any) -> Counter[str]:
     """Calls started and not finished, by the worker whose started marker holds them."""
     found: Counter[str] = Counter()
@@ -210,6 +219,7 @@ def fleet_status(settings: Settings, *, timeout_s: float) -> dict[str, Any]:
             in_flight = sum(running.values())
             unacked = count_reserved(client)
             orphaned = orphaned_batches(client, Keys(settings.key_prefix))
+            approvals = awaiting_approval(client, Keys(settings.key_prefix))
             broker = {"persistence": persistence(client), **topology(client)}
             if is_sentinel(settings.broker_url):
                 broker["sentinels"] = sentinel_views(redis_url_of(app))
@@ -235,6 +245,7 @@ def fleet_status(settings: Settings, *, timeout_s: float) -> dict[str, Any]:
         "in_flight": in_flight,
         "delivered_unacked": unacked,
         "orphaned_batches": orphaned,
+        "awaiting_approval": approvals,
         # role, replicas and their lag, persistence mode (toolfleet.cli.broker_topology)
         "topology": broker,
     }
@@ -273,6 +284,12 @@ def _status(args: argparse.Namespace) -> int:
         f"calls in flight: {status['in_flight']} running, "
         f"{status['delivered_unacked']} delivered to workers and not yet acknowledged"
     )
+    waiting = status["awaiting_approval"]
+    if waiting["count"]:
+        out.print(
+            f"calls awaiting approval: {waiting['count']} (the oldest for "
+            f"{waiting['oldest_age_s']:g}s); `toolfleet approvals` lists them"
+        )
     for batch in status["orphaned_batches"]:
         out.print(
             f"[yellow]batch {batch['batch_id']} of branch {batch['branch_id']}: its dispatcher "
