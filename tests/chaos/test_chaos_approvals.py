@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
-import textwrap
 import time
 import uuid
 from collections import Counter
@@ -28,6 +27,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.act_process import act_argv
 from tests.support.chaos_support import (
     broker_fixture,
     sigkill_child_when,
@@ -52,20 +52,6 @@ APPROVED, DENIED, UNDECIDED = (3, 11, 19), (7, 23), 15
 REASON = "refunds need a ticket number"
 WAIT_S = 20  # recover's --wait-s: how long it waits for the undecided call
 
-_DISPATCHER = textwrap.dedent(
-    """
-    import asyncio, json, sys
-    from toolfleet.dispatcher import Branch, Fleet
-    from toolfleet.schemas.settings import Settings
-
-    async def main() -> None:
-        url, branch_id, requests = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
-        fleet = Fleet(Settings(broker_url=url, tools=("tests.support.approval_tools",)))
-        await Branch(fleet=fleet, id=branch_id).act(requests)
-
-    asyncio.run(main())
-    """
-)
 
 broker = broker_fixture(persist=False)  # `workers` is conftest's
 
@@ -109,7 +95,7 @@ def test_calls_parked_by_a_sigkilled_dispatcher_are_decided_while_toolfleet_reco
         return len(waiting) == len(PARKED)
 
     sigkill_child_when(
-        ["-c", _DISPATCHER, broker.url, branch_id, json.dumps(requests)],
+        act_argv(broker.url, branch_id, TOOLS, requests),
         cli_env(tmp_path),
         all_parked_and_the_rest_ran,
         timeout_s=60,

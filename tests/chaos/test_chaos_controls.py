@@ -18,8 +18,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import random
-import textwrap
 import time
 import uuid
 from collections.abc import Iterator
@@ -31,7 +29,7 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 
-from tests.chaos.test_chaos_partition import Host, _netns_unavailable
+from tests.support.act_process import act_argv
 from tests.support.chaos_support import (
     Ledger,
     act_through,
@@ -43,6 +41,7 @@ from tests.support.chaos_support import (
     stored_branch,
 )
 from tests.support.fleet import REPO_ROOT, WorkerProcess, start_worker
+from tests.support.netns import Host, host_pair
 from tests.support.redis_server import PrivateRedis
 from tests.support.waiting import until, until_async
 from toolfleet.dispatcher import Branch, Fleet
@@ -65,19 +64,8 @@ broker = broker_fixture(persist=False)
 
 @pytest.fixture()
 def hosts() -> Iterator[tuple[Host, Host]]:
-    reason = _netns_unavailable()
-    if reason:
-        pytest.skip(f"two hosts need network namespaces: {reason}")
-    tag = uuid.uuid4().hex[:5]
-    octet = random.randrange(1, 250)
-    pair = (Host(f"{tag}a", f"10.215.{octet}"), Host(f"{tag}b", f"10.216.{octet}"))
-    try:
-        for host in pair:
-            host.create()
+    with host_pair("10.215", "10.216") as pair:
         yield pair
-    finally:
-        for host in pair:
-            host.destroy()
 
 
 def _runs(times: Path, killed: set[int], killed_at: float) -> dict[str, list[tuple[float, float]]]:
@@ -262,22 +250,6 @@ def test_a_read_only_tool_reruns_after_its_worker_is_killed_under_the_same_effec
     assert [k for k, _ in runs] == [key, key] == [result.output, result.call_id]  # ... same key
 
 
-_DISPATCHER = textwrap.dedent(
-    """
-    import asyncio, json, sys
-    from toolfleet.dispatcher import Branch, Fleet
-    from toolfleet.schemas.settings import Settings
-
-    async def main() -> None:
-        url, branch_id, turn = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
-        fleet = Fleet(Settings(broker_url=url, tools=("tests.support.limit_tools",)))
-        await Branch(fleet=fleet, id=branch_id).act(turn)
-
-    asyncio.run(main())
-    """
-)
-
-
 def test_the_effect_key_survives_a_dead_dispatcher_and_recover(
     broker: PrivateRedis, workers: list[WorkerProcess], tmp_path: Path
 ) -> None:
@@ -289,7 +261,7 @@ def test_the_effect_key_survives_a_dead_dispatcher_and_recover(
     env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLFLEET_")}
     env["PYTHONPATH"] = str(REPO_ROOT)
     sigkill_child_when(
-        ["-c", _DISPATCHER, broker.url, branch_id, json.dumps(turn)],
+        act_argv(broker.url, branch_id, ("tests.support.limit_tools",), turn),
         env,
         lambda: _keys_and_pids(path),
         timeout_s=30,

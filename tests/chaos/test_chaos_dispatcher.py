@@ -15,13 +15,13 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 import time
 import uuid
 from pathlib import Path
 
 import pytest
 
+from tests.support.act_process import act_argv
 from tests.support.chaos_support import (
     CHAOS_TOOLS,
     Ledger,
@@ -48,23 +48,6 @@ pytestmark = pytest.mark.chaos
 
 WORKER_ENV = {"TOOLFLEET_VISIBILITY_TIMEOUT_S": "5"}
 
-_DISPATCHER = textwrap.dedent(
-    """
-    import asyncio, json, sys
-    from toolfleet.dispatcher import Branch, Fleet
-    from toolfleet.schemas.action import CallParams
-    from toolfleet.schemas.settings import Settings
-
-    async def main() -> None:
-        url, branch_id, requests = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
-        fleet = Fleet(Settings(broker_url=url, tools=("tests.support.chaos_tools",)))
-        branch = Branch(fleet=fleet, id=branch_id)
-        await branch.act(requests, call_params=CallParams(max_concurrent=6))
-
-    asyncio.run(main())
-    """
-)
-
 
 broker = broker_fixture(persist=False)  # `workers` is conftest's
 
@@ -85,7 +68,7 @@ def test_a_sigkilled_dispatchers_batch_is_completed_by_toolfleet_recover(
     env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLFLEET_")}
     env["PYTHONPATH"] = str(REPO_ROOT)
     sigkill_child_when(
-        ["-c", _DISPATCHER, broker.url, branch_id, json.dumps(requests)],
+        act_argv(broker.url, branch_id, ("tests.support.chaos_tools",), requests, max_concurrent=6),
         env,
         lambda: ledger.count("E") >= n // 4,
         timeout_s=90,

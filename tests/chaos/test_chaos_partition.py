@@ -16,11 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import random
-import shutil
-import subprocess
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -37,6 +32,7 @@ from tests.support.chaos_support import (
 )
 from tests.support.fleet import WorkerProcess, start_worker
 from tests.support.flower import FlowerProcess, http_get, start_flower, stop_flower
+from tests.support.netns import Host, host_pair
 from tests.support.redis_server import PrivateRedis
 from tests.support.waiting import until, until_async
 from toolfleet.dispatcher import Branch
@@ -53,70 +49,10 @@ VISIBILITY_TIMEOUT_S = 4.0
 PARTITION_S = 15.0
 
 
-def _ip(*args: str) -> None:
-    subprocess.run(["ip", *args], check=True, capture_output=True, timeout=10)
-
-
-class Host:
-    """A network namespace joined to this machine by a veth pair on a /30 of its own."""
-
-    def __init__(self, tag: str, subnet: str) -> None:
-        self.netns = f"tf-{tag}"
-        self.outer = f"tf{tag}h"  # the host end; ≤ 15 characters
-        self.inner = f"tf{tag}n"
-        self.outer_ip = f"{subnet}.1"  # subnet: the first three octets of a /30
-        self.inner_ip = f"{subnet}.2"
-
-    def create(self) -> None:
-        _ip("netns", "add", self.netns)
-        _ip("link", "add", self.outer, "type", "veth", "peer", "name", self.inner)
-        _ip("link", "set", self.inner, "netns", self.netns)
-        _ip("addr", "add", f"{self.outer_ip}/30", "dev", self.outer)
-        _ip("link", "set", self.outer, "up")
-        _ip("-n", self.netns, "addr", "add", f"{self.inner_ip}/30", "dev", self.inner)
-        _ip("-n", self.netns, "link", "set", self.inner, "up")
-        _ip("-n", self.netns, "link", "set", "lo", "up")
-
-    def cut(self) -> None:
-        _ip("link", "set", self.outer, "down")
-
-    def restore(self) -> None:
-        _ip("link", "set", self.outer, "up")
-
-    def destroy(self) -> None:
-        # Deleting one end of a veth deletes both; the namespace goes last.
-        for args in (("link", "del", self.outer), ("netns", "del", self.netns)):
-            subprocess.run(["ip", *args], capture_output=True, timeout=10)
-
-
-def _netns_unavailable() -> str | None:
-    if os.geteuid() != 0:
-        return "network namespaces need root (ip netns add)"
-    if shutil.which("ip") is None:
-        return "the ip command (iproute2) is not installed"
-    probe = f"tf-probe-{uuid.uuid4().hex[:6]}"
-    made = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
-    if made.returncode != 0:
-        return f"ip netns add failed: {made.stderr.strip()}"
-    subprocess.run(["ip", "netns", "del", probe], capture_output=True)
-    return None
-
-
 @pytest.fixture()
 def hosts() -> Iterator[tuple[Host, Host]]:
-    reason = _netns_unavailable()
-    if reason:
-        pytest.skip(reason)
-    tag = uuid.uuid4().hex[:5]
-    octet = random.randrange(1, 250)
-    pair = (Host(f"{tag}a", f"10.213.{octet}"), Host(f"{tag}b", f"10.214.{octet}"))
-    try:
-        for host in pair:
-            host.create()
+    with host_pair("10.213", "10.214") as pair:
         yield pair
-    finally:
-        for host in pair:
-            host.destroy()
 
 
 def test_a_partitioned_host_loses_nothing_and_runs_nothing_twice(
