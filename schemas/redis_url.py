@@ -148,13 +148,7 @@ def sync_client(url: str, **options: Any) -> redis.Redis:
     (found again after a failover), else ``redis.Redis.from_url(url, **options)``."""
     if not is_sentinel(url):
         return redis.Redis.from_url(url, **options)
-    target = _target(url)
-    manager = sync_sentinel.Sentinel(
-        list(target.sentinels), sentinel_kwargs=_sentinel_options(options)
-    )
-    client: redis.Redis = manager.master_for(
-        str(target.master), **target.primary_options(), **options
-    )
+    client: redis.Redis = _primary_of(sync_sentinel.Sentinel, url, options)
     return client
 
 
@@ -162,14 +156,16 @@ def async_client(url: str, **options: Any) -> aioredis.Redis:
     """The asyncio twin of :func:`sync_client`."""
     if not is_sentinel(url):
         return aioredis.Redis.from_url(url, **options)
-    target = _target(url)
-    manager = async_sentinel.Sentinel(
-        list(target.sentinels), sentinel_kwargs=_sentinel_options(options)
-    )
-    client: aioredis.Redis = manager.master_for(
-        str(target.master), **target.primary_options(), **options
-    )
+    client: aioredis.Redis = _primary_of(async_sentinel.Sentinel, url, options)
     return client
+
+
+def _primary_of(sentinel_class: Any, url: str, options: dict[str, Any]) -> Any:
+    """A client of the primary the sentinels of ``url`` name, asked again on each new
+    connection (redis-py's ``master_for``), with the caller's options."""
+    target = _target(url)
+    manager = sentinel_class(list(target.sentinels), sentinel_kwargs=_sentinel_options(options))
+    return manager.master_for(str(target.master), **target.primary_options(), **options)
 
 
 class _BlockingSentinelPool(async_sentinel.SentinelConnectionPool, aioredis.BlockingConnectionPool):
