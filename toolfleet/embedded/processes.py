@@ -8,6 +8,7 @@ SIGKILLed: Linux's parent-death signal for the child itself, and a tiny reaper p
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import ctypes
 import os
@@ -55,6 +56,17 @@ class _Reaper:
             stderr=subprocess.DEVNULL,
             start_new_session=True,
         )
+        # At a normal exit, end it the way a dead toolfleet would (end of file: it kills what
+        # is still listed, by then nothing) and reap it, rather than leave a running child
+        # for the interpreter to warn about.
+        atexit.register(self.close)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            if self._proc.stdin is not None:
+                self._proc.stdin.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self._proc.wait(timeout=2)
 
     def send(self, line: str) -> None:
         stdin = self._proc.stdin
