@@ -2,7 +2,8 @@
 
 ``outcome`` sorts every result into what the progress bar and summary count: ``done``
 (completed), ``failed`` (the tool raised, timed out, was aborted), ``denied`` (a governance gate
-refused it), ``cancelled``, and ``malformed`` (the line never became a call).
+refused it, or its approver did, or no one approved it in time), ``cancelled``, and
+``malformed`` (the line never became a call).
 """
 
 from __future__ import annotations
@@ -82,6 +83,8 @@ class CallRecord:
 def classify(response: ActionResponseModel) -> Outcome:
     output = response.output
     if isinstance(output, dict) and output.get("error") == DENIED_ERROR:
+        return "denied"
+    if response.status is EventStatus.SKIPPED:  # refused by its approver: never ran
         return "denied"
     if response.status is EventStatus.CANCELLED:
         return "cancelled"
