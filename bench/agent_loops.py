@@ -10,7 +10,8 @@ between the ticks of a task that sleeps 10 ms in a loop, as the run goes (``max_
 10 ms is a loop that never stalled). One warm-up turn runs before the timed run, in both modes.
 
 ``python -m bench --only agent-langgraph --only agent-pydantic-ai``. A framework is one entry of
-:data:`FRAMEWORKS`: how to run the loop in process, and on a fleet.
+:data:`FRAMEWORKS`: how to run the loop in process, and on a fleet. ``bench/agent_openai_agents.py``
+measures its own framework with :func:`workload` and :func:`check` from here.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from bench import fleet as fleet_mode
 from bench import tools
 from bench.measure import Result, percentile
 
-__all__ = ["CALLS", "FRAMEWORKS", "TURNS", "workload"]
+__all__ = ["CALLS", "FRAMEWORKS", "SLEEP_S", "TURNS", "Framework", "check", "workload"]
 
 TURNS = 20
 CALLS = 8
@@ -43,6 +44,8 @@ Loop = Callable[[int, int, Any], Awaitable[list[int]]]
 class Framework:
     package: str  # what must be importable, else the lines are skipped
     run: Loop
+    missing: str  # the skipped lines' reason when ``package`` is not importable
+    executor: str = "threads of the agent's process"  # who runs the tools in process
 
 
 async def _langgraph(turns: int, calls: int, fleet: Any) -> list[int]:
@@ -80,7 +83,7 @@ async def _langgraph(turns: int, calls: int, fleet: Any) -> list[int]:
     config = {"configurable": {"thread_id": uuid.uuid4().hex}, "recursion_limit": 4 * turns + 10}
     out = await builder.compile().ainvoke({"messages": [HumanMessage("go")]}, config)
     answers = [m for m in out["messages"] if getattr(m, "type", "") == "tool"]
-    _check(answers, turns * calls, lambda m: m.status == "success" and m.content == str(SLEEP_S))
+    check(answers, turns * calls, lambda m: m.status == "success" and m.content == str(SLEEP_S))
     return list(node.batcher.batch_sizes) if isinstance(node, FleetToolNode) else []
 
 
@@ -110,17 +113,22 @@ async def _pydantic_ai(turns: int, calls: int, fleet: Any) -> list[int]:
         toolset = FleetToolset(["sleep_sync"], fleet=fleet)
     result = await Agent(FunctionModel(model), toolsets=[toolset]).run("go")
     answers = [p for m in result.all_messages() for p in m.parts if isinstance(p, ToolReturnPart)]
-    _check(answers, turns * calls, lambda p: p.outcome == "success" and p.content == SLEEP_S)
+    check(answers, turns * calls, lambda p: p.outcome == "success" and p.content == SLEEP_S)
     return list(toolset.batcher.batch_sizes) if isinstance(toolset, FleetToolset) else []
 
 
 FRAMEWORKS: dict[str, Framework] = {
-    "langgraph": Framework("langgraph", _langgraph),
-    "pydantic-ai": Framework("pydantic_ai", _pydantic_ai),
+    "langgraph": Framework(
+        "langgraph", _langgraph, "langgraph is not installed; pip install '.[langgraph]'"
+    ),
+    "pydantic-ai": Framework(
+        "pydantic_ai", _pydantic_ai, "pydantic_ai is not installed; pip install '.[pydantic-ai]'"
+    ),
 }
 
 
-def _check(answers: list[Any], expected: int, ok: Callable[[Any], bool]) -> None:
+def check(answers: list[Any], expected: int, ok: Callable[[Any], bool]) -> None:
+    """Raise unless there are ``expected`` answers and ``ok`` holds for each."""
     good = sum(1 for a in answers if ok(a))
     if len(answers) != expected or good != expected:
         raise RuntimeError(f"{good} of {expected} tool calls answered as expected")
@@ -161,18 +169,21 @@ def _measure(framework: Framework, settings: Any) -> tuple[float, list[float], l
     return asyncio.run(main())
 
 
-def workload(name: str) -> Callable[[Any], list[Result]]:
-    """The bench workload ``agent-<name>``: its in-process line and its toolfleet line."""
-    framework = FRAMEWORKS[name]
+def workload(name: str, framework: Framework | None = None) -> Callable[[Any], list[Result]]:
+    """The bench workload ``agent-<name>``: its in-process line and its toolfleet line.
+
+    ``framework`` is ``FRAMEWORKS[name]`` unless given."""
+    if framework is None:
+        framework = FRAMEWORKS[name]
     label = f"agent-{name}"
 
     def run(ctx: Any) -> list[Result]:
         shape = {"turns": TURNS, "calls_per_turn": CALLS, "sleep_s": SLEEP_S}
         calls = TURNS * CALLS
         if importlib.util.find_spec(framework.package) is None:
-            reason = f"{framework.package} is not installed; pip install '.[{name}]'"
             return [
-                Result(label, mode, 0, 0.0, skipped=reason) for mode in ("inprocess", "toolfleet")
+                Result(label, mode, 0, 0.0, skipped=framework.missing)
+                for mode in ("inprocess", "toolfleet")
             ]
         results: list[Result] = []
         if ctx.wants("inprocess"):
@@ -199,7 +210,7 @@ def workload(name: str) -> Callable[[Any], list[Result]]:
 def _line(
     label: str, mode: str, calls: int, shape: dict[str, Any], framework: Framework, settings: Any
 ) -> Result:
-    executor = "threads of the agent's process" if settings is None else f"sync worker x{CALLS}"
+    executor = framework.executor if settings is None else f"sync worker x{CALLS}"
     extra = {**shape, "executor": executor}
     try:
         wall_s, gaps, batches = _measure(framework, settings)
