@@ -186,6 +186,30 @@ def test_lionagis_gate_denies_on_the_fleet_and_other_branches_keep_lionagis_path
     asyncio.run(asyncio.wait_for(scenario(), 120))
 
 
+def test_a_call_its_approver_denies_reaches_lionagi_as_the_refusal_the_model_reads(
+    fleet_settings: Settings, tmp_path: Any
+) -> None:
+    """An approval=True tool on a lionagi branch on the fleet: an approval handler says no, and
+    lionagi gets the refusal as the call's output (like a gate's denial), its history the
+    error; the tool never ran (its side channel stays empty)."""
+    settings = fleet_settings.model_copy(update={"tools": ("tests.support.approval_tools",)})
+    side = tmp_path / "side"
+
+    async def scenario() -> None:
+        fleet = Fleet(settings)
+        fleet.on_approval(lambda request: False)
+        lbranch = on_fleet(LionagiBranch(log_config=QUIET), fleet=fleet)
+        [result] = await lbranch.act(_request("refund", side=str(side), token=1, amount=5))
+        refusal = "call of tool 'refund' was not run: denied by handler <lambda>"
+        assert result.output == {"error": refusal, "function": "refund"}
+        [(_, response)] = _pairs(lbranch)
+        assert response.content.error == refusal
+        await fleet.aclose()
+
+    asyncio.run(asyncio.wait_for(scenario(), 60))
+    assert not side.exists()
+
+
 def test_toolfleet_act_accepts_lionagi_requests_and_on_fleet_refuses_other_branches(
     fleet_settings: Settings,
 ) -> None:

@@ -27,6 +27,7 @@ from toolfleet.dispatcher.govern.session import Session
 from toolfleet.schemas.action import CallParams
 from toolfleet.schemas.errors import ConfigurationError
 from toolfleet.schemas.messages import ActionRequest, ActionResponse, Message
+from toolfleet.schemas.status import EventStatus
 
 __all__ = ["FleetBridge", "on_fleet"]
 
@@ -138,9 +139,12 @@ class FleetBridge:
             LionagiResponseModel(
                 function=r.function,
                 arguments=r.arguments,
-                # lionagi's shapes: the output, the denial dict, or None for a failure
-                # (whose text is in the history's ActionResponseContent.error).
-                output=r.output if r.error is None or r.error == DENIED else None,
+                # lionagi's shapes: the output, the denial dict (a gate's, or an approver's:
+                # SKIPPED, never run), or None for a failure (whose text is in the history's
+                # ActionResponseContent.error).
+                output=r.output
+                if r.error is None or r.error == DENIED or r.status is EventStatus.SKIPPED
+                else None,
             )
             for r in results
         ]
