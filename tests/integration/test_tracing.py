@@ -27,7 +27,7 @@ from opentelemetry.sdk.trace.sampling import (
     SamplingResult,
 )
 
-from tests.support.fleet import REPO_ROOT, WorkerProcess, call, run, start_worker
+from tests.support.fleet import REPO_ROOT, WorkerProcess, call, own_queues, run, start_worker
 from tests.support.otlp_collector import OtlpCollector, ReceivedSpan
 from tests.support.waiting import until
 from toolfleet.dispatcher import Branch, Fleet, Session
@@ -96,21 +96,8 @@ def traced_fleet(
     fleet_settings: Settings, redis_url: str, collector: OtlpCollector
 ) -> Iterator[Settings]:
     """A sync and an async worker on queues of their own, exporting spans to ``collector``."""
-    suffix = uuid.uuid4().hex[:8]
-    settings = fleet_settings.model_copy(
-        update={
-            "sync_queue": f"toolfleet.sync.traced-{suffix}",
-            "async_queue": f"toolfleet.async.traced-{suffix}",
-        }
-    )
-    env = {
-        "TOOLFLEET_RESULT_BACKEND": fleet_settings.result_backend or "",
-        "TOOLFLEET_SYNC_QUEUE": settings.sync_queue,
-        "TOOLFLEET_ASYNC_QUEUE": settings.async_queue,
-        "OTEL_TRACES_EXPORTER": "otlp",
-        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": collector.endpoint,
-        "OTEL_BSP_SCHEDULE_DELAY": "100",  # ms: spans reach the collector quickly
-    }
+    settings, queues_env = own_queues(fleet_settings, "traced")
+    env = {**queues_env, **collector.worker_env()}
     started: list[WorkerProcess] = []
     try:
         started.append(start_worker("sync", redis_url=redis_url, concurrency=2, env=env))

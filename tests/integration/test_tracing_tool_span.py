@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support.fleet import WorkerProcess, call, run, start_worker
+from tests.support.fleet import WorkerProcess, call, own_queues, run, start_worker
 from tests.support.otlp_collector import OtlpCollector, ReceivedSpan
 from tests.support.waiting import until
 from toolfleet.dispatcher import Branch, Fleet
@@ -35,21 +35,10 @@ def collector() -> Iterator[OtlpCollector]:
 def traced_fleet(
     fleet_settings: Settings, redis_url: str, collector: OtlpCollector
 ) -> Iterator[Settings]:
-    suffix = uuid.uuid4().hex[:8]
-    settings = fleet_settings.model_copy(
-        update={
-            "sync_queue": f"toolfleet.sync.toolspan-{suffix}",
-            "async_queue": f"toolfleet.async.toolspan-{suffix}",
-            "tools": TOOLS,
-        }
-    )
+    settings, queues_env = own_queues(fleet_settings, "toolspan", tools=TOOLS)
     env = {
-        "TOOLFLEET_RESULT_BACKEND": fleet_settings.result_backend or "",
-        "TOOLFLEET_SYNC_QUEUE": settings.sync_queue,
-        "TOOLFLEET_ASYNC_QUEUE": settings.async_queue,
-        "OTEL_TRACES_EXPORTER": "otlp",
-        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": collector.endpoint,
-        "OTEL_BSP_SCHEDULE_DELAY": "100",
+        **queues_env,
+        **collector.worker_env(),
         # Sampled whatever the caller decided: a test process whose TracerProvider samples
         # nothing (test_tracing.py's, between its tests) sends non-sampled parents.
         "OTEL_TRACES_SAMPLER": "always_on",

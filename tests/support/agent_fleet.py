@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -16,7 +15,7 @@ from dataclasses import dataclass
 import pytest
 import redis
 
-from tests.support.fleet import WorkerProcess, start_worker
+from tests.support.fleet import WorkerProcess, own_queues, start_worker
 from tests.support.waiting import until_async
 from toolfleet.schemas.keys import Keys
 from toolfleet.schemas.settings import Settings
@@ -45,19 +44,7 @@ class AgentFleet:
 
 @contextmanager
 def agent_fleet(fleet_settings: Settings, redis_url: str, name: str) -> Iterator[AgentFleet]:
-    suffix = f"{name}-{uuid.uuid4().hex[:8]}"
-    settings = fleet_settings.model_copy(
-        update={
-            "sync_queue": f"toolfleet.sync.{suffix}",
-            "async_queue": f"toolfleet.async.{suffix}",
-            "tools": TOOLS,
-        }
-    )
-    env = {
-        "TOOLFLEET_RESULT_BACKEND": fleet_settings.result_backend or "",
-        "TOOLFLEET_SYNC_QUEUE": settings.sync_queue,
-        "TOOLFLEET_ASYNC_QUEUE": settings.async_queue,
-    }
+    settings, env = own_queues(fleet_settings, name, tools=TOOLS)
     sync = start_worker("sync", redis_url=redis_url, tools=TOOLS, concurrency=8, env=env)
     try:
         async_ = start_worker("async", redis_url=redis_url, tools=TOOLS, env=env)

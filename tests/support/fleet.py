@@ -38,6 +38,7 @@ __all__ = [
     "call",
     "collect_replies",
     "make_call",
+    "own_queues",
     "private_workers",
     "run",
     "run_calls",
@@ -102,6 +103,28 @@ class WorkerProcess:
             os.killpg(self.process.pid, sig)
         except (ProcessLookupError, PermissionError):
             pass
+
+
+def own_queues(
+    fleet_settings: Settings, label: str, **update: Any
+) -> tuple[Settings, dict[str, str]]:
+    """``fleet_settings`` on a sync and an async queue of their own (named after ``label`` and a
+    random suffix), with ``update``; and the ``TOOLFLEET_*`` environment that puts a worker on
+    those queues with the same result backend."""
+    suffix = f"{label}-{uuid.uuid4().hex[:8]}"
+    settings = fleet_settings.model_copy(
+        update={
+            "sync_queue": f"toolfleet.sync.{suffix}",
+            "async_queue": f"toolfleet.async.{suffix}",
+            **update,
+        }
+    )
+    env = {
+        "TOOLFLEET_RESULT_BACKEND": fleet_settings.result_backend or "",
+        "TOOLFLEET_SYNC_QUEUE": settings.sync_queue,
+        "TOOLFLEET_ASYNC_QUEUE": settings.async_queue,
+    }
+    return settings, env
 
 
 @contextlib.contextmanager

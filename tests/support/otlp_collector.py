@@ -75,6 +75,14 @@ class OtlpCollector:
         host, port = self._server.server_address[:2]
         return f"http://{host!s}:{port}/v1/traces"
 
+    def worker_env(self) -> dict[str, str]:
+        """The ``OTEL_*`` environment that makes a worker export its spans here."""
+        return {
+            "OTEL_TRACES_EXPORTER": "otlp",
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": self.endpoint,
+            "OTEL_BSP_SCHEDULE_DELAY": "100",  # ms: spans reach the collector quickly
+        }
+
     def __enter__(self) -> OtlpCollector:
         self._thread.start()
         return self
