@@ -8,7 +8,6 @@ model is Pydantic AI's ``FunctionModel`` (no network).
 from __future__ import annotations
 
 import asyncio
-import re
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -28,8 +27,14 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from tests.support.agent_fleet import AgentFleet, agent_fleet, cancel_once_running
-from tests.support.fleet import REPO_ROOT
+from tests.support.agent_fleet import (
+    AgentFleet,
+    agent_fleet,
+    assert_cancelled_everywhere,
+    cancel_once_running,
+    documented_glue,
+)
+from tests.support.fleet import run
 from toolfleet import Branch, Fleet, HookPoint, PermissionPolicy, Session
 from toolfleet.adapters.pydantic_ai import FleetToolset, ToolfleetToolError
 from toolfleet.schemas.keys import Keys
@@ -69,17 +74,6 @@ def returns(messages: list[ModelMessage]) -> list[ToolReturnPart]:
         for p in m.parts
         if isinstance(p, ToolReturnPart)
     ]
-
-
-def run(settings: Settings, scenario: Any, timeout_s: float = 60) -> Any:
-    async def main() -> Any:
-        fleet = Fleet(settings)
-        try:
-            return await asyncio.wait_for(scenario(fleet), timeout_s)
-        finally:
-            await fleet.aclose()
-
-    return asyncio.run(main())
 
 
 def conversation() -> str:
@@ -226,12 +220,7 @@ def test_cancelling_the_agent_run_cancels_the_calls_on_the_workers(
         return elapsed, await Branch.load(branch_id, fleet=fleet)
 
     elapsed, stored = run(pa.settings, scenario)
-    assert elapsed < 5, elapsed
-    assert [e.execution["status"] for e in stored.events] == ["cancelled", "cancelled"]
-    assert [m.content.tool_call_id for m in stored.messages[::2]] == ["long_1", "long_2"]
-    for call_id in started:
-        record = redis_client.get(keys.event(call_id))
-        assert record is not None and b'"cancelled"' in record
+    assert_cancelled_everywhere(elapsed, stored, started, redis_client, keys)
 
 
 def test_gates_permission_policy_pre_hooks_and_raised_failures(pa: AgentFleet) -> None:
@@ -273,14 +262,9 @@ def test_gates_permission_policy_pre_hooks_and_raised_failures(pa: AgentFleet) -
         run(pa.settings, raising)
 
 
-_GLUE = re.compile(r"```python\n(from toolfleet\.adapters\.pydantic_ai import .*?)```", re.DOTALL)
-
-
 def test_the_documented_glue_runs_as_printed(pa: AgentFleet) -> None:
     """docs/agent-ecosystem.md's Pydantic AI lines, run with a scripted model."""
-    text = (REPO_ROOT / "docs" / "agent-ecosystem.md").read_text(encoding="utf-8")
-    [glue] = _GLUE.findall(text)
-    assert len([line for line in glue.splitlines()[1:] if line.strip()]) <= 3
+    glue = documented_glue("pydantic_ai")
     script, seen = turns([("add", {"a": 4, "b": 5}, "d1")], "9")
 
     async def scenario(fleet: Fleet) -> Any:

@@ -1,12 +1,13 @@
 """Workers for the agent-framework adapters' tests: a sync worker (concurrency 8) and an async
 worker on queues of their own, loading ``tests.support.sample_tools`` and
-``tests.support.agent_tools``; and a helper that tells whether a pid is one of their
-processes."""
+``tests.support.agent_tools``; a helper that tells whether a pid is one of their processes;
+and what the adapters' tests check alike: cancelling an agent run, the documented glue."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import re
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -15,12 +16,19 @@ from dataclasses import dataclass
 import pytest
 import redis
 
-from tests.support.fleet import WorkerProcess, own_queues, start_worker
+from tests.support.fleet import REPO_ROOT, WorkerProcess, own_queues, start_worker
 from tests.support.waiting import until_async
+from toolfleet.dispatcher import Branch
 from toolfleet.schemas.keys import Keys
 from toolfleet.schemas.settings import Settings
 
-__all__ = ["AgentFleet", "agent_fleet", "cancel_once_running"]
+__all__ = [
+    "AgentFleet",
+    "agent_fleet",
+    "assert_cancelled_everywhere",
+    "cancel_once_running",
+    "documented_glue",
+]
 
 TOOLS = ("tests.support.sample_tools", "tests.support.agent_tools")
 
@@ -75,3 +83,27 @@ async def cancel_once_running(
     with pytest.raises(asyncio.CancelledError):
         await task
     return time.monotonic() - cancelled_at
+
+
+def assert_cancelled_everywhere(
+    elapsed: float, stored: Branch, started: list[str], client: redis.Redis, keys: Keys
+) -> None:
+    """C9, after :func:`cancel_once_running` of a turn of two calls ``long_1`` and ``long_2``:
+    the run ended within 5 s of the cancel, both calls are CANCELLED in the conversation's
+    branch, in the model's order, and in the workers' own records."""
+    assert elapsed < 5, elapsed
+    assert [e.execution["status"] for e in stored.events] == ["cancelled", "cancelled"]
+    assert [m.content.tool_call_id for m in stored.messages[::2]] == ["long_1", "long_2"]
+    for call_id in started:  # the workers' own records
+        record = client.get(keys.event(call_id))
+        assert record is not None and b'"cancelled"' in record
+
+
+def documented_glue(adapter: str) -> str:
+    """docs/agent-ecosystem.md's one code block that imports ``toolfleet.adapters.<adapter>``,
+    checked to be at most three lines besides that import."""
+    pattern = rf"```python\n(from toolfleet\.adapters\.{adapter} import .*?)```"
+    text = (REPO_ROOT / "docs" / "agent-ecosystem.md").read_text(encoding="utf-8")
+    [glue] = re.findall(pattern, text, re.DOTALL)
+    assert len([line for line in glue.splitlines()[1:] if line.strip()]) <= 3
+    return str(glue)
