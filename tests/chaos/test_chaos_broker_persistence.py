@@ -109,21 +109,31 @@ def _kill_at_a_third(broker: PrivateRedis, ledger: Ledger, before_restart: objec
     return crash
 
 
+def _act_through_a_crash(
+    broker: PrivateRedis, ledger: Ledger, before_restart: object = None
+) -> tuple[list[dict[str, object]], list[ActionResponseModel], Branch, float]:
+    """``N_CALLS`` calls acted on the fleet while the broker is SIGKILLed at a third of them
+    (``before_restart`` runs while it is down) and restarted: (requests, results, the branch
+    loaded back, seconds act() took)."""
+    requests = _requests(ledger)
+    settings = chaos_settings(broker, outage_limit_s=OUTAGE_LIMIT_S)
+    results, stored, elapsed_s = act_and_load(
+        settings,
+        requests,
+        _kill_at_a_third(broker, ledger, before_restart),
+        limit_s=LIMIT_S,
+        call_params=CallParams(max_concurrent=60),
+    )
+    return requests, results, stored, elapsed_s
+
+
 @pytest.mark.parametrize("broker", ["always", "everysec"], indirect=True)
 def test_a_persistent_broker_sigkilled_mid_batch_loses_and_repeats_nothing(
     broker: PrivateRedis, fleet: list[WorkerProcess], tmp_path: Path
 ) -> None:
     fsync = broker.fsync
     ledger = Ledger(tmp_path)
-    requests = _requests(ledger)
-    settings = chaos_settings(broker, outage_limit_s=OUTAGE_LIMIT_S)
-    results, stored, elapsed_s = act_and_load(
-        settings,
-        requests,
-        _kill_at_a_third(broker, ledger),
-        limit_s=LIMIT_S,
-        call_params=CallParams(max_concurrent=60),
-    )
+    requests, results, stored, elapsed_s = _act_through_a_crash(broker, ledger)
     verdict = judge(requests, results, stored, ledger, allowed_failures=())
     print(json.dumps({"chaos": f"sigkill-{fsync}", "elapsed_s": round(elapsed_s, 1),
                       **verdict.summary()}))  # fmt: skip
@@ -176,16 +186,10 @@ def test_everysec_machine_crash_loses_at_most_the_last_second_and_history_is_rew
     broker: PrivateRedis, fleet: list[WorkerProcess], tmp_path: Path
 ) -> None:
     ledger = Ledger(tmp_path)
-    requests = _requests(ledger)
     sampler = _AofSampler(broker, ledger)
     cut: list[bytes] = []
-    settings = chaos_settings(broker, outage_limit_s=OUTAGE_LIMIT_S)
-    results, stored, elapsed_s = act_and_load(
-        settings,
-        requests,
-        _kill_at_a_third(broker, ledger, lambda: cut.append(sampler.cut_back(1.0))),
-        limit_s=LIMIT_S,
-        call_params=CallParams(max_concurrent=60),
+    requests, results, stored, elapsed_s = _act_through_a_crash(
+        broker, ledger, lambda: cut.append(sampler.cut_back(1.0))
     )
     verdict = judge(requests, results, stored, ledger, allowed_failures=())
     print(json.dumps({"chaos": "everysec-last-second-lost",
@@ -209,15 +213,7 @@ def test_a_broker_back_empty_gets_every_pair_back_and_act_returns(
     broker: PrivateRedis, fleet: list[WorkerProcess], tmp_path: Path
 ) -> None:
     ledger = Ledger(tmp_path)
-    requests = _requests(ledger)
-    settings = chaos_settings(broker, outage_limit_s=OUTAGE_LIMIT_S)
-    results, stored, elapsed_s = act_and_load(
-        settings,
-        requests,
-        _kill_at_a_third(broker, ledger),
-        limit_s=LIMIT_S,
-        call_params=CallParams(max_concurrent=60),
-    )
+    requests, results, stored, elapsed_s = _act_through_a_crash(broker, ledger)
     # The lost calls' queued messages went with the data: BrokerError, may have run.
     verdict = judge(requests, results, stored, ledger, allowed_failures=("BrokerError",))
     print(json.dumps({"chaos": "empty-restart", "elapsed_s": round(elapsed_s, 1),
