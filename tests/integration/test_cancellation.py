@@ -17,6 +17,7 @@ import redis
 from celery import Celery
 from celery.result import AsyncResult
 
+from tests.support.agent_fleet import cancel_when
 from tests.support.fleet import WorkerProcess, call
 from tests.support.waiting import until, until_async
 from toolfleet.dispatcher import Branch, Fleet, HookPoint
@@ -72,17 +73,9 @@ def test_cancelling_act_revokes_queued_cancels_running_and_records_every_call(
                     and redis_client.llen(settings.sync_queue) == 2
                 )
 
-            await until_async(
-                settled,
-                timeout_s=15,
-                interval_s=0.02,
-                what="the batch to reach the cancel point",
-                while_running=task,
+            cancelled_at = await cancel_when(
+                task, settled, what="the batch to reach the cancel point"
             )
-            cancelled_at = time.monotonic()
-            task.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await task
             return branch, time.monotonic() - cancelled_at
         finally:
             await fleet.aclose()

@@ -29,6 +29,7 @@ from agents.testing import ScriptedModel
 from agents.tool import default_tool_error_function
 
 from tests.support import sample_tools
+from tests.support.agent_fleet import cancel_when
 from tests.support.cli_support import toolfleet
 from tests.support.doc_code import doc_blocks, fleet_for_files
 from tests.support.fleet import REPO_ROOT
@@ -213,19 +214,14 @@ def test_cancelling_the_run_cancels_the_running_async_call_on_its_worker(
                 _sample_agent(model, sample_tools.sleep_async, sample_tools.echo), branch=branch
             )
             run = asyncio.ensure_future(Runner.run(agent, "Sleep.", run_config=RUN))
-            await until_async(
+            cancelled_at = await cancel_when(
+                run,
                 lambda: (
                     "sleep_async" in pre and redis_client.exists(keys.started(pre["sleep_async"]))
                 ),
-                timeout_s=20,
-                interval_s=0.02,
                 what="the async call to start on its worker",
-                while_running=run,
+                timeout_s=20,
             )
-            cancelled_at = time.monotonic()
-            run.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await run
             # The cancelled act() writes both calls' units before its cancel goes on.
             await until_async(
                 lambda: len(branch.messages) == 4, timeout_s=10, what="both calls recorded"

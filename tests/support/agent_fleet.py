@@ -1,7 +1,8 @@
 """Workers for the agent-framework adapters' tests: a sync worker (concurrency 8) and an async
 worker on queues of their own, loading ``tests.support.sample_tools`` and
 ``tests.support.agent_tools``; a helper that tells whether a pid is one of their processes;
-and what the adapters' tests check alike: cancelling an agent run, the documented glue."""
+and what the adapters' tests check alike: cancelling an agent run, the documented glue.
+:func:`cancel_when` serves any test that cancels a task awaiting ``act()``."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ import asyncio
 import os
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 import redis
@@ -27,6 +29,7 @@ __all__ = [
     "agent_fleet",
     "assert_cancelled_everywhere",
     "cancel_once_running",
+    "cancel_when",
     "documented_glue",
 ]
 
@@ -66,22 +69,29 @@ def agent_fleet(fleet_settings: Settings, redis_url: str, name: str) -> Iterator
         sync.stop(timeout_s=10)
 
 
+async def cancel_when(
+    task: asyncio.Future[Any], ready: Callable[[], object], *, what: str, timeout_s: float = 15
+) -> float:
+    """Once ``ready()`` holds (``what``, for the error if it never does while ``task`` runs),
+    cancel ``task`` and see it end with CancelledError; the ``time.monotonic()`` of the cancel."""
+    await until_async(ready, timeout_s=timeout_s, interval_s=0.02, what=what, while_running=task)
+    cancelled_at = time.monotonic()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    return cancelled_at
+
+
 async def cancel_once_running(
     task: asyncio.Future[object], started: list[str], client: redis.Redis, keys: Keys
 ) -> float:
     """Once two calls (``started``, their call ids) run on a worker, cancel the agent's
     ``task``; how long it took to end after the cancel."""
-    await until_async(
+    cancelled_at = await cancel_when(
+        task,
         lambda: len(started) == 2 and all(client.exists(keys.started(c)) for c in started),
-        timeout_s=15,
-        interval_s=0.02,
         what="both calls running on the async worker",
-        while_running=task,
     )
-    cancelled_at = time.monotonic()
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
     return time.monotonic() - cancelled_at
 
 
