@@ -7,13 +7,14 @@ call that waits (docs/controls.md, approvals).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 
 from redis.exceptions import RedisError
 
 from toolfleet.dispatcher.fleet import Fleet
-from toolfleet.dispatcher.govern.approvals import decide, park, wait_for_decision
+from toolfleet.dispatcher.govern.approvals import decide, expire, park, wait_for_decision
 from toolfleet.dispatcher.govern.callbacks import call_user, callback_name, error_text
 from toolfleet.dispatcher.send.enqueue import send_options
 from toolfleet.schemas.approval import ApprovalRequest
@@ -24,7 +25,7 @@ from toolfleet.schemas.settings import masked_url
 from toolfleet.schemas.tool import Tool
 from toolfleet.schemas.wire import CallMessage
 
-__all__ = ["seek_approval", "withdraw_approval"]
+__all__ = ["seek_approval"]
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +34,8 @@ async def seek_approval(
     fleet: Fleet, tool: Tool, message: CallMessage, *, reason: str, wait_s: float
 ) -> ApprovalRequest:
     """Park the call of ``message`` and return it decided: approved, denied or expired
-    after ``wait_s``. Raises BrokerError when it cannot be parked through an outage."""
+    after ``wait_s``. Raises BrokerError when it cannot be parked through an outage; a
+    cancelled wait ends the parked call before the cancellation goes on."""
     now_s = time.time()
     request = ApprovalRequest(
         call_id=message.call_id,
@@ -48,6 +50,19 @@ async def seek_approval(
         requested_at=now_s,
         expires_at=now_s + max(0.0, wait_s),
     )
+    try:
+        return await _park_and_wait(fleet, tool, message, request)
+    except asyncio.CancelledError:
+        # C9: act() was cancelled while the call was parked: end it, so no one is asked to
+        # decide a call nothing waits for (a decision that landed first stands).
+        why = "its act() was cancelled before a decision"
+        await asyncio.shield(expire(fleet.redis, fleet.keys, request, by="cancel", why=why))
+        raise
+
+
+async def _park_and_wait(
+    fleet: Fleet, tool: Tool, message: CallMessage, request: ApprovalRequest
+) -> ApprovalRequest:
     queue, options = send_options(fleet.settings, message, tool)
     try:
         earlier = await through_outage(
@@ -74,22 +89,6 @@ async def seek_approval(
     else:
         await _ask_handlers(fleet, request)
     return await wait_for_decision(fleet.redis, fleet.keys, request)
-
-
-async def withdraw_approval(fleet: Fleet, call_id: str) -> None:
-    """End a parked call whose act() was cancelled (C9), so no one is asked to decide a call
-    nothing waits for; a decision that landed first stands. Never raises."""
-    try:
-        await decide(
-            fleet.redis,
-            fleet.keys,
-            call_id,
-            "expired",
-            by="cancel",
-            reason="its act() was cancelled before a decision",
-        )
-    except (ApprovalError, RedisError, OSError) as exc:
-        log.debug("approval of call %s not withdrawn: %r", call_id, exc)
 
 
 async def _ask_handlers(fleet: Fleet, request: ApprovalRequest) -> None:

@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from toolfleet.dispatcher.accept.context import CallContext
-from toolfleet.dispatcher.batch.approval_step import seek_approval, withdraw_approval
+from toolfleet.dispatcher.batch.approval_step import seek_approval
 from toolfleet.dispatcher.batch.deadline import Deadline
 from toolfleet.dispatcher.batch.opening import Item, open_call
 from toolfleet.dispatcher.batch.units import (
@@ -241,9 +241,6 @@ class Transaction:
             )
         except BrokerError as exc:
             return self.abort(ctx, exc)
-        except asyncio.CancelledError:
-            await asyncio.shield(withdraw_approval(self.fleet, ctx.call_id))
-            raise
         ctx.approval = decided.decision()
         if not decided.approved:
             return unapproved_unit(ctx, decided.refusal_text())

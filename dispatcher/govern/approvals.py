@@ -35,8 +35,10 @@ from toolfleet.schemas.keys import Keys
 __all__ = [
     "ApprovalHandler",
     "Escalate",
+    "approval_hashes",
     "decide",
     "default_decider",
+    "expire",
     "load_approval",
     "park",
     "wait_for_decision",
@@ -109,16 +111,24 @@ async def load_approval(client: aioredis.Redis, keys: Keys, call_id: str) -> App
     return ApprovalRequest.from_fields(raw) if raw else None
 
 
-async def waiting_approvals(client: aioredis.Redis, keys: Keys) -> list[ApprovalRequest]:
-    """Every call waiting for approval, oldest first."""
-    listed = await client.zrange(keys.approvals(), 0, -1)
-    call_ids = [c.decode() if isinstance(c, bytes) else str(c) for c in listed]
+async def approval_hashes(
+    client: aioredis.Redis, keys: Keys, call_ids: list[str]
+) -> list[Mapping[bytes | str, bytes | str]]:
+    """The parked-call hash of each of ``call_ids``, in one round trip (empty: none)."""
     if not call_ids:
         return []
     async with client.pipeline(transaction=False) as pipe:
         for call_id in call_ids:
             pipe.hgetall(keys.approval(call_id))
-        found = await pipe.execute()
+        found: list[Mapping[bytes | str, bytes | str]] = await pipe.execute()
+    return found
+
+
+async def waiting_approvals(client: aioredis.Redis, keys: Keys) -> list[ApprovalRequest]:
+    """Every call waiting for approval, oldest first."""
+    listed = await client.zrange(keys.approvals(), 0, -1)
+    call_ids = [c.decode() if isinstance(c, bytes) else str(c) for c in listed]
+    found = await approval_hashes(client, keys, call_ids)
     waiting: list[ApprovalRequest] = []
     gone: list[str] = []
     for call_id, raw in zip(call_ids, found, strict=True):
@@ -182,35 +192,45 @@ async def wait_for_decision(
             log.warning("approval of call %s: broker unreadable: %r", request.call_id, exc)
             state = b"waiting"
         if state is None:
-            return _expired(request, "its approval record was lost from the broker")
+            return _expired(request, "timeout", "its approval record was lost from the broker")
         if state != b"waiting":
             return await load_approval(client, keys, request.call_id) or _expired(
-                request, "its approval record expired"
+                request, "timeout", "its approval record expired"
             )
         if remaining_s <= 0:
-            return await _expire(client, keys, request)
+            waited_s = request.expires_at - request.requested_at
+            return await expire(
+                client, keys, request, by="timeout", why=f"no decision within {waited_s:g} s"
+            )
         await asyncio.sleep(min(delay_s, remaining_s))
         delay_s = min(delay_s * 2, _MAX_POLL_S)
 
 
-async def _expire(client: aioredis.Redis, keys: Keys, request: ApprovalRequest) -> ApprovalRequest:
-    waited_s = request.expires_at - request.requested_at
-    why = f"no decision within {waited_s:g} s"
+async def expire(
+    client: aioredis.Redis, keys: Keys, request: ApprovalRequest, *, by: str, why: str
+) -> ApprovalRequest:
+    """End a call that still waits as expired, ``by`` whoever stopped waiting (``timeout``,
+    ``cancel``, ``recover``), and return it decided. A decision that landed first stands;
+    a broker that cannot be reached gets the expiry in memory only. Never raises for the
+    broker."""
     try:
-        return await decide(client, keys, request.call_id, "expired", by="timeout", reason=why)
+        return await decide(client, keys, request.call_id, "expired", by=by, reason=why)
     except ApprovalError:
-        # Decided just now, or its record is gone: whatever Redis holds stands.
-        found = await load_approval(client, keys, request.call_id)
-        return found if found is not None and not found.waiting else _expired(request, why)
+        pass  # decided just now, or its record is gone: whatever Redis holds stands
     except (redis.RedisError, OSError):
-        return _expired(request, why + " (the broker could not be reached to record it)")
+        return _expired(request, by, why + " (the broker could not be reached to record it)")
+    try:
+        found = await load_approval(client, keys, request.call_id)
+    except (redis.RedisError, OSError):
+        found = None
+    return found if found is not None and not found.waiting else _expired(request, by, why)
 
 
-def _expired(request: ApprovalRequest, why: str) -> ApprovalRequest:
+def _expired(request: ApprovalRequest, by: str, why: str) -> ApprovalRequest:
     return request.model_copy(
         update={
             "state": "expired",
-            "decided_by": "timeout",
+            "decided_by": by,
             "decided_at": time.time(),
             "decision_reason": why,
         }

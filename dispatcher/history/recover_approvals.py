@@ -10,15 +10,12 @@ expired, it ends as the same refusal a live dispatcher writes.
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any
 
-from redis.exceptions import RedisError
-
 from toolfleet.dispatcher.fleet import Fleet
-from toolfleet.dispatcher.govern.approvals import decide
+from toolfleet.dispatcher.govern.approvals import approval_hashes, expire
 from toolfleet.schemas.approval import ApprovalRequest, decided_fields
-from toolfleet.schemas.errors import ApprovalDeniedError, ApprovalError
+from toolfleet.schemas.errors import ApprovalDeniedError
 from toolfleet.schemas.record import not_run_result
 from toolfleet.schemas.status import EventStatus
 from toolfleet.schemas.tasks import EXECUTE_TASK, task_id_for
@@ -48,12 +45,7 @@ class ParkedCall:
 
 async def parked_calls(fleet: Fleet, call_ids: list[str]) -> dict[str, ParkedCall]:
     """The calls among ``call_ids`` that were parked for approval, as Redis holds them now."""
-    if not call_ids:
-        return {}
-    async with fleet.redis.pipeline(transaction=False) as pipe:
-        for call_id in call_ids:
-            pipe.hgetall(fleet.keys.approval(call_id))
-        found = await pipe.execute()
+    found = await approval_hashes(fleet.redis, fleet.keys, call_ids)
     parked: dict[str, ParkedCall] = {}
     for call_id, raw in zip(call_ids, found, strict=True):
         if raw:
@@ -90,24 +82,7 @@ async def send_approved(fleet: Fleet, parked: ParkedCall) -> None:
 async def expire_parked(fleet: Fleet, parked: ParkedCall, why: str) -> ApprovalRequest:
     """End a call that still waits when recovery stops waiting; a decision that lands first
     stands."""
-    try:
-        return await decide(
-            fleet.redis, fleet.keys, parked.request.call_id, "expired", by="recover", reason=why
-        )
-    except (ApprovalError, RedisError, OSError):
-        raw = await fleet.redis.hgetall(fleet.keys.approval(parked.request.call_id))
-        if raw:
-            found = ApprovalRequest.from_fields(raw)
-            if not found.waiting:
-                return found
-        return parked.request.model_copy(
-            update={
-                "state": "expired",
-                "decided_by": "recover",
-                "decided_at": time.time(),
-                "decision_reason": why,
-            }
-        )
+    return await expire(fleet.redis, fleet.keys, parked.request, by="recover", why=why)
 
 
 def refusal_result(message: CallMessage, request: ApprovalRequest) -> CallResult:
