@@ -12,7 +12,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from bench.procs import WorkerProcess
+from bench.procs import WorkerProcess, toolfleet_worker
 
 __all__ = ["BATCH_SIZE", "FleetClient", "unavailable", "worker"]
 
@@ -44,14 +44,9 @@ def worker(
     ``events``: task events always on (``TOOLFLEET_TASK_EVENTS=always``), what a watching
     monitor's lease turns on; off, the product default with no monitor attached.
     """
-    argv = [
-        sys.executable, "-m", "toolfleet.cli", "worker", "--kind", kind,
-        "--concurrency", str(concurrency), "--tools", TOOL_MODULE,
-        "--hostname", f"{name}@%h", "--loglevel", "INFO",
-    ]  # fmt: skip
     env = {"TOOLFLEET_BROKER_URL": broker_url}
     env["TOOLFLEET_TASK_EVENTS"] = "always" if events else "monitor"
-    return WorkerProcess(argv, env=env, name=name)
+    return toolfleet_worker(kind, concurrency, TOOL_MODULE, name, env)
 
 
 class FleetClient:

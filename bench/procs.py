@@ -14,7 +14,7 @@ from types import TracebackType
 
 from tests.support.waiting import until
 
-__all__ = ["WorkerProcess", "repo_root"]
+__all__ = ["WorkerProcess", "repo_root", "toolfleet_worker"]
 
 _READY_MARK = b" ready."
 
@@ -121,6 +121,19 @@ class WorkerProcess:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+def toolfleet_worker(
+    kind: str, concurrency: int, tools: str, name: str, env: dict[str, str]
+) -> WorkerProcess:
+    """A ``toolfleet worker`` process serving the module ``tools``, not yet started; ``env``
+    holds its TOOLFLEET_* settings (the broker URL at least)."""
+    argv = [
+        sys.executable, "-m", "toolfleet.cli", "worker", "--kind", kind,
+        "--concurrency", str(concurrency), "--tools", tools,
+        "--hostname", f"{name}@%h", "--loglevel", "INFO",
+    ]  # fmt: skip
+    return WorkerProcess(argv, env=env, name=name)
 
 
 def _session_pids(sid: int) -> list[int]:

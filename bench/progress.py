@@ -19,21 +19,16 @@ reports come faster than the sender thread wakes, and it sends the newest).
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
-
-import redis
 
 from bench import fleet
 from bench.measure import Result, percentile
-from bench.procs import WorkerProcess
+from bench.procs import WorkerProcess, toolfleet_worker
 from bench.progress_tools import TOOL_MODULE
-from bench.roundtrips import READY_TIMEOUT_S, WARMUP_CALLS, measure_commands, newest_redis_server
+from bench.roundtrips import WARMUP_CALLS, measure_commands, private_server
 from bench.sizes import FULL
-from tests.support.redis_server import PrivateRedis
 
 __all__ = ["run"]
 
@@ -69,12 +64,9 @@ def run(ctx: Any) -> list[Result]:
 
 
 def _worker(broker_url: str, kind: str, concurrency: int, name: str) -> WorkerProcess:
-    argv = [
-        sys.executable, "-m", "toolfleet.cli", "worker", "--kind", kind,
-        "--concurrency", str(concurrency), "--tools", TOOL_MODULE,
-        "--hostname", f"{name}@%h", "--loglevel", "INFO",
-    ]  # fmt: skip
-    return WorkerProcess(argv, env={"TOOLFLEET_BROKER_URL": broker_url}, name=name)
+    return toolfleet_worker(
+        kind, concurrency, TOOL_MODULE, name, {"TOOLFLEET_BROKER_URL": broker_url}
+    )
 
 
 def _latency_line(broker_url: str, kind: str, function: str, calls: int, reports: int) -> Result:
@@ -122,25 +114,13 @@ async def _timed(
     return latencies, wall_s
 
 
-@contextlib.contextmanager
-def _server() -> Iterator[tuple[PrivateRedis, redis.Redis]]:
-    server = PrivateRedis(executable=newest_redis_server(), ready_timeout_s=READY_TIMEOUT_S)
-    server.start()
-    client = redis.Redis(port=server.port)
-    try:
-        yield server, client
-    finally:
-        client.close()
-        server.kill()
-
-
 def _command_lines(calls: int) -> list[Result]:
     from toolfleet.dispatcher import Branch, Fleet
     from toolfleet.schemas.settings import Settings
 
     arguments = {"reports": 5, "gap_s": 0.0}
     results = []
-    with _server() as (server, client):
+    with private_server() as (server, client):
         with _worker(server.url, "sync", 2, "bench-progress-commands"):
             loop = asyncio.new_event_loop()
             fleet_ = Fleet(Settings(broker_url=server.url, tools=(TOOL_MODULE,)))

@@ -20,13 +20,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import sys
 import time
 from typing import Any
 
 from bench.fleet_tools import TOOL_MODULE
 from bench.measure import percentile
-from bench.procs import WorkerProcess
+from bench.procs import WorkerProcess, toolfleet_worker
 from tests.support.sentinel_cluster import SentinelCluster
 
 __all__ = ["main"]
@@ -35,13 +34,8 @@ BATCH_TIMEOUT_S = 300.0
 
 
 def _worker(url: str, kind: str, concurrency: int, acks: int) -> WorkerProcess:
-    argv = [
-        sys.executable, "-m", "toolfleet.cli", "worker", "--kind", kind,
-        "--concurrency", str(concurrency), "--tools", TOOL_MODULE,
-        "--hostname", f"bench-acks{acks}-{kind}@%h", "--loglevel", "INFO",
-    ]  # fmt: skip
     env = {"TOOLFLEET_BROKER_URL": url, "TOOLFLEET_REPLICA_ACKS": str(acks)}
-    return WorkerProcess(argv, env=env, name=f"bench-acks{acks}-{kind}")
+    return toolfleet_worker(kind, concurrency, TOOL_MODULE, f"bench-acks{acks}-{kind}", env)
 
 
 async def _measure(url: str, acks: int, sequential: int, calls: int) -> list[dict[str, Any]]:

@@ -26,7 +26,7 @@ from bench.raw_celery import RawCelery
 from bench.raw_celery import worker as raw_worker
 from tests.support.redis_server import PrivateRedis
 
-__all__ = ["command_counts", "measure_commands"]
+__all__ = ["command_counts", "measure_commands", "newest_redis_server", "private_server"]
 
 # Calls not counted: imports, connections, script loading (EVALSHA's first NOSCRIPT).
 WARMUP_CALLS = 5
@@ -92,7 +92,7 @@ def _line(mode: str, variant: str, calls: int, per_call: dict[str, float], wall_
 
 
 @contextlib.contextmanager
-def _server() -> Iterator[tuple[PrivateRedis, redis.Redis]]:
+def private_server() -> Iterator[tuple[PrivateRedis, redis.Redis]]:
     """A throwaway redis-server (the newest on PATH) on a free loopback port, no persistence."""
     server = PrivateRedis(executable=newest_redis_server(), ready_timeout_s=READY_TIMEOUT_S)
     server.start()
@@ -108,7 +108,7 @@ def celery_line(calls: int, workers: int, profile: str | None = None) -> Result:
     """Raw Celery ``apply_async().get()`` one at a time, on its own server."""
     variant = "toolfleet-settings" if profile else ""
     args = [{"value": i} for i in range(calls)]
-    with _server() as (server, client):
+    with private_server() as (server, client):
         with raw_worker(server.url, "prefork", workers, "bench-raw-roundtrips", profile):
             raw = RawCelery(server.url, profile)
             try:
@@ -127,7 +127,7 @@ def fleet_line(calls: int, workers: int, *, events: bool = False) -> Result:
     ``events``: task events on (``TOOLFLEET_TASK_EVENTS=always``), as while a monitor watches.
     """
     args = [{"value": i} for i in range(calls)]
-    with _server() as (server, client):
+    with private_server() as (server, client):
         with fleet.worker(server.url, "sync", workers, "bench-fleet-roundtrips", events=events):
             with fleet.FleetClient(server.url, events=events) as fc:
                 fc.run_sequential("echo", args[:WARMUP_CALLS], 60)
