@@ -21,7 +21,7 @@ from typing import Any
 import redis
 
 from bench.__main__ import claim_db
-from bench.procs import WorkerProcess
+from bench.procs import WorkerProcess, toolfleet_worker
 from bench.rss_probe import vm_kb
 from bench.soak_tools import RUNS_KEY
 
@@ -31,12 +31,8 @@ TOOL_MODULE = "bench.soak_tools"
 
 
 def _worker(broker_url: str, kind: str, concurrency: int) -> WorkerProcess:
-    argv = [
-        sys.executable, "-m", "toolfleet.cli", "worker", "--kind", kind,
-        "--concurrency", str(concurrency), "--tools", TOOL_MODULE,
-        "--hostname", f"soak-{kind}@%h", "--loglevel", "INFO",
-    ]  # fmt: skip
-    return WorkerProcess(argv, env={"TOOLFLEET_BROKER_URL": broker_url}, name=f"soak-{kind}")
+    env = {"TOOLFLEET_BROKER_URL": broker_url}
+    return toolfleet_worker(kind, concurrency, TOOL_MODULE, f"soak-{kind}", env)
 
 
 def _mb(kb: int) -> float:
@@ -46,7 +42,7 @@ def _mb(kb: int) -> float:
 async def _soak(
     broker_url: str, calls: int, round_size: int, batched: bool, workers: list[WorkerProcess]
 ) -> dict[str, Any]:
-    from bench.fleet import _batching_fleet
+    from bench.fleet import BATCH_SIZE
     from toolfleet.dispatcher.branch import Branch
     from toolfleet.dispatcher.fleet import Fleet
     from toolfleet.schemas.action import CallParams
@@ -54,7 +50,9 @@ async def _soak(
     from toolfleet.schemas.status import EventStatus
 
     settings = Settings(broker_url=broker_url, tools=(TOOL_MODULE,))
-    fleet = _batching_fleet(settings) if batched else Fleet(settings)
+    fleet = Fleet(settings)
+    # --batched: several calls per toolfleet.execute_many message, as the bench's batched mode.
+    params = CallParams(bundle_size=BATCH_SIZE) if batched else CallParams()
     completed: set[int] = set()
     seen_call_ids: set[str] = set()
     repeated_results = 0
@@ -74,7 +72,7 @@ async def _soak(
                 {"function": "soak_sync" if t % 2 == 0 else "soak_async", "arguments": {"token": t}}
                 for t in tokens
             ]
-            results = await Branch(fleet=fleet).act(requests, call_params=CallParams())
+            results = await Branch(fleet=fleet).act(requests, call_params=params)
             for r in results:
                 if r.call_id in seen_call_ids:
                     repeated_results += 1
