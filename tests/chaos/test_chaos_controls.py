@@ -42,6 +42,7 @@ from tests.support.chaos_support import (
 )
 from tests.support.fleet import REPO_ROOT, WorkerProcess, start_worker
 from tests.support.netns import Host, host_pair
+from tests.support.overlap import most_at_once
 from tests.support.redis_server import PrivateRedis
 from tests.support.waiting import until, until_async
 from toolfleet.dispatcher import Branch, Fleet
@@ -84,15 +85,6 @@ def _runs(times: Path, killed: set[int], killed_at: float) -> dict[str, list[tup
         assert pid in killed, f"a run of {function} in live process {pid} never ended"
         runs.setdefault(function, []).append((started, killed_at))
     return runs
-
-
-def _most_at_once(runs: list[tuple[float, float]]) -> int:
-    edges = sorted([(s, 1) for s, _ in runs] + [(e, -1) for _, e in runs])
-    running = peak = 0
-    for _, step in edges:
-        running += step
-        peak = max(peak, running)
-    return peak
 
 
 def test_a_cap_holds_across_two_hosts_while_a_worker_holding_slots_is_killed(
@@ -173,7 +165,7 @@ def _cap_run(server: PrivateRedis, workers: list[WorkerProcess], tmp_path: Path)
     stored = asyncio.run(stored_branch(settings, branch_id))
     verdict = judge(requests, results, stored, ledger, killed_pids=killed)
     runs = _runs(Path(str(ledger.path) + ".times"), killed, killed_at[0])
-    peaks = {f: _most_at_once(r) for f, r in runs.items()}
+    peaks = {f: most_at_once((s for s, _ in r), (e for _, e in r)) for f, r in runs.items()}
     with redis.Redis.from_url(server.url) as client:
         # No slot leaked: every set is empty soon after the last call ended (a dead worker's
         # slot is given back by its call's redelivery, or lapses with its lease).

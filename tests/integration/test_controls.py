@@ -20,6 +20,7 @@ import pytest
 import redis
 
 from tests.support.fleet import call, collect_replies, private_workers, run
+from tests.support.overlap import most_at_once as peak_of
 from toolfleet import NoCurrentCallError, RateLimitedError, current_call
 from toolfleet.dispatcher import Branch, Fleet
 from toolfleet.dispatcher.accept.context import call_id_for
@@ -70,12 +71,10 @@ def assert_rate_held(starts: list[float], sent_at: float, per_second: float, bur
 
 def most_at_once(lines: list[Start]) -> int:
     """The most runs between their S and E at one time, as the side channel saw them."""
-    edges = sorted((at, 1 if phase == "S" else -1) for phase, _, at, _ in lines)
-    running = peak = 0
-    for _, step in edges:  # at a tie an end sorts first (-1 < 1): back to back is not overlap
-        running += step
-        peak = max(peak, running)
-    return peak
+    return peak_of(
+        (at for phase, _, at, _ in lines if phase == "S"),
+        (at for phase, _, at, _ in lines if phase != "S"),
+    )
 
 
 def completed(results: list[ActionResponseModel]) -> None:

@@ -15,6 +15,7 @@ import pytest
 from tests.integration.test_dispatcher_act import assert_linked_history, finished_at
 from tests.support.command_log import CommandLog
 from tests.support.fleet import call, run, start_worker
+from tests.support.overlap import most_at_once
 from tests.support.waiting import until_async
 from toolfleet.dispatcher import Branch, ConfigurationError, Fleet, HookPoint
 from toolfleet.schemas.action import ActionResponseModel, CallParams
@@ -33,15 +34,7 @@ def started_at(event: EventRecord) -> float:
 
 def max_overlap(events: list[EventRecord]) -> int:
     """The most executions running at one instant, from the events' start and duration."""
-    edges = sorted(
-        [(started_at(e), 1) for e in events] + [(finished_at(e), -1) for e in events],
-        key=lambda edge: (edge[0], edge[1]),
-    )
-    running = peak = 0
-    for _, step in edges:
-        running += step
-        peak = max(peak, running)
-    return peak
+    return most_at_once((started_at(e) for e in events), (finished_at(e) for e in events))
 
 
 def test_invalid_strategy_is_a_configuration_error_before_anything(
