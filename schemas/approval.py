@@ -22,7 +22,7 @@ __all__ = [
     "PARK_SCRIPT",
     "ApprovalRequest",
     "ApprovalState",
-    "decided_fields",
+    "parked_message",
 ]
 
 # An hour: long enough for a person to answer, short enough that a forgotten call ends.
@@ -145,7 +145,7 @@ class ApprovalRequest(BaseModel):
         return cls.model_validate(data)
 
 
-def decided_fields(raw: Mapping[bytes | str, bytes | str]) -> tuple[str, dict[str, Any]]:
+def parked_message(raw: Mapping[bytes | str, bytes | str]) -> tuple[str, dict[str, Any]]:
     """The message JSON and route (queue and send options) stored with a parked call."""
 
     def text(name: str) -> str:

@@ -14,7 +14,7 @@ from typing import Any
 
 from toolfleet.dispatcher.fleet import Fleet
 from toolfleet.dispatcher.govern.approvals import approval_hashes, expire
-from toolfleet.schemas.approval import ApprovalRequest, decided_fields
+from toolfleet.schemas.approval import ApprovalRequest, parked_message
 from toolfleet.schemas.errors import ApprovalDeniedError
 from toolfleet.schemas.record import not_run_result
 from toolfleet.schemas.status import EventStatus
@@ -49,7 +49,7 @@ async def parked_calls(fleet: Fleet, call_ids: list[str]) -> dict[str, ParkedCal
     parked: dict[str, ParkedCall] = {}
     for call_id, raw in zip(call_ids, found, strict=True):
         if raw:
-            message, route = decided_fields(raw)
+            message, route = parked_message(raw)
             parked[call_id] = ParkedCall(ApprovalRequest.from_fields(raw), message, route)
     return parked
 

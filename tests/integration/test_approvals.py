@@ -17,7 +17,6 @@ from typing import Any
 import anyio
 import mcp_types as types
 import pytest
-import redis
 from mcp import Client, StdioServerParameters
 
 from tests.support.cli_support import cli_env, toolfleet, toolfleet_argv
@@ -288,16 +287,16 @@ def test_on_escalate_keeps_the_in_process_semantics_and_parks_nothing(
 
 
 def test_approve_and_deny_name_the_call_when_it_is_not_waiting(
-    approvals: tuple[Settings, dict[str, str]], tmp_path: Path, redis_url: str
+    approvals: tuple[Settings, dict[str, str]], tmp_path: Path
 ) -> None:
     _, env = approvals
-    done = toolfleet("approve", "no-such-call", home=tmp_path, env=env)
-    assert done.returncode == 1
-    assert "no call 'no-such-call' is waiting for approval" in done.stderr
-    assert "`toolfleet approvals` lists" in done.stderr
+    for args in (("approve", "no-such-call"), ("deny", "no-such-call", "--reason", "no")):
+        done = toolfleet(*args, home=tmp_path, env=env)
+        assert done.returncode == 1
+        assert "no call 'no-such-call' is waiting for approval" in done.stderr
+        assert "`toolfleet approvals` lists" in done.stderr
     empty = toolfleet("approvals", home=tmp_path, env=env)
     assert empty.returncode == 0 and "no call is waiting for approval" in empty.stdout
-    redis.Redis.from_url(redis_url).close()
 
 
 def test_over_mcp_a_parked_call_returns_once_it_is_decided(
