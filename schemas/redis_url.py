@@ -180,14 +180,9 @@ def async_pooled_client(url: str, *, max_connections: int, timeout: float) -> ai
             url, max_connections=max_connections, timeout=timeout
         )
         return aioredis.Redis(connection_pool=pool)
-    target = _target(url)
-    manager = async_sentinel.Sentinel(list(target.sentinels))
-    client: aioredis.Redis = manager.master_for(
-        str(target.master),
-        connection_pool_class=_BlockingSentinelPool,
-        max_connections=max_connections,
-        timeout=timeout,
-        **target.primary_options(),
+    options = {"max_connections": max_connections, "timeout": timeout}
+    client: aioredis.Redis = _primary_of(
+        async_sentinel.Sentinel, url, {"connection_pool_class": _BlockingSentinelPool, **options}
     )
     return client
 
