@@ -157,11 +157,12 @@ def test_a_replayed_turn_on_the_same_branch_does_not_run_its_tools_again(
 ) -> None:
     """C7: on one branch, the call_id derives from the SDK's tool_call_id, so a run that
     replays a turn's ids is answered from the records without running the tools again."""
-    path = tmp_path / "effects.txt"
+    # One file per call: the two calls may run at once, and each returns its file's line count.
+    paths = [tmp_path / "first.txt", tmp_path / "second.txt"]
     ids = _ids("first", "second")
     turn = [
-        ("append_line", {"path": str(path), "text": "first"}, ids[0]),
-        ("append_line", {"path": str(path), "text": "second"}, ids[1]),
+        ("append_line", {"path": str(paths[0]), "text": "first"}, ids[0]),
+        ("append_line", {"path": str(paths[1]), "text": "second"}, ids[1]),
     ]
 
     async def scenario() -> list[tuple[RunResult, ScriptedModel]]:
@@ -181,10 +182,10 @@ def test_a_replayed_turn_on_the_same_branch_does_not_run_its_tools_again(
     )
 
     # Each call ran once: the replayed run did not append again.
-    assert sorted(path.read_text(encoding="utf-8").splitlines()) == ["first", "second"]
+    assert [p.read_text(encoding="utf-8").splitlines() for p in paths] == [["first"], ["second"]]
     # Both runs completed, and the replay got the first run's outputs, under the same ids.
     first_outputs = _outputs(first)
-    assert sorted(first_outputs.values()) == [1, 2]
+    assert first_outputs == {ids[0]: 1, ids[1]: 1}
     assert _outputs(replayed) == first_outputs
     assert first_model.last_call is not None and replayed_model.last_call is not None
     read = call_outputs(first_model.last_call.input)
