@@ -104,6 +104,17 @@ async def _ask_handlers(fleet: Fleet, request: ApprovalRequest) -> None:
             continue
         if verdict is None:
             continue
+        if not isinstance(verdict, bool):
+            # A truthy "no" must not approve: only True and False decide.
+            log.warning(
+                "approval handler %s returned %r for call %s, which decides nothing; return "
+                "True to approve, False to deny, None to leave the call to other deciders, or "
+                "await fleet.deny(request.call_id, reason) to deny with a reason the model reads",
+                name,
+                verdict,
+                request.call_id,
+            )
+            continue
         try:
             await decide(
                 fleet.redis,

@@ -60,6 +60,8 @@ class ApprovalDesk:
     def on_approval(self, handler: ApprovalHandler) -> ApprovalHandler:
         """Install ``handler(request) -> True | False | None`` (sync or async): called in this
         process for each call its batches park. True approves, False denies, None leaves the
-        call waiting for another decider; a handler that raises is logged and skipped."""
+        call waiting for another decider; a handler that raises or returns anything else is
+        logged and skipped. To deny with a reason the model reads, a handler awaits
+        ``fleet.deny(request.call_id, reason)`` and returns None."""
         self.approval_handlers.append(handler)
         return handler

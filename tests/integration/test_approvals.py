@@ -260,6 +260,42 @@ def test_handlers_decide_in_process_none_leaves_the_call_to_others_and_replays_k
     assert ran(side) == [("refund", 1)]
 
 
+def test_a_handler_that_returns_a_string_decides_nothing_and_one_can_deny_with_its_reason(
+    approvals: tuple[Settings, dict[str, str]], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A truthy "no" must not approve; a handler gives the model its reason through deny()."""
+    settings, _ = approvals
+    side = tmp_path / "side"
+
+    async def scenario(fleet: Fleet) -> None:
+        fleet.on_approval(lambda request: "no, too large")  # type: ignore[arg-type,return-value]
+
+        async def over_limit(request: ApprovalRequest) -> None:
+            if request.arguments["amount"] > 100:
+                await fleet.deny(request.call_id, "refunds over 100 need a manager")
+
+        fleet.on_approval(over_limit)
+        branch = Branch(fleet=fleet)
+        acting = asyncio.create_task(
+            branch.act([refund(side, 1, amount=10), refund(side, 2, amount=500)])
+        )
+        # The string decided nothing: the small refund still waits, for a person here.
+        [left] = await parked(fleet)
+        assert left.arguments["amount"] == 10
+        await fleet.approve(left.call_id)
+        small, large = await asyncio.wait_for(acting, 30)
+        assert small.output == "refunded 10"
+        assert large.status is EventStatus.SKIPPED
+        assert large.output["error"].endswith("refunds over 100 need a manager")
+
+    with caplog.at_level("WARNING", logger="toolfleet"):
+        run(settings, scenario, timeout_s=60)
+    assert ran(side) == [("refund", 1)]
+    warnings = [r.getMessage() for r in caplog.records if "decides nothing" in r.getMessage()]
+    assert len(warnings) == 2  # once per parked call
+    assert "'no, too large'" in warnings[0] and "return True to approve" in warnings[0]
+
+
 def test_on_escalate_keeps_the_in_process_semantics_and_parks_nothing(
     approvals: tuple[Settings, dict[str, str]], tmp_path: Path
 ) -> None:
