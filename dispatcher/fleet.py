@@ -224,7 +224,8 @@ class Fleet(ApprovalDesk):
         await self._publish_raw(calls, bundle_size=bundle_size, before=before)
         await self.reconciler.published(calls)
 
-    def _publishing_thread(self) -> ThreadPoolExecutor:
+    def publishing_thread(self) -> ThreadPoolExecutor:
+        """The one thread this fleet runs kombu's producers in: publishes and task events."""
         with self._bindings_lock:
             if self._executor is None:
                 self._executor = ThreadPoolExecutor(
@@ -288,7 +289,7 @@ class Fleet(ApprovalDesk):
             return
         loop = asyncio.get_running_loop()
         try:
-            executor = self._publishing_thread()
+            executor = self.publishing_thread()
             if bundle_size is None:
                 await loop.run_in_executor(executor, publish_calls, self.app, list(calls))
             else:

@@ -17,6 +17,7 @@ from toolfleet.dispatcher.fleet import Fleet
 from toolfleet.dispatcher.govern.approvals import decide, expire, park, wait_for_decision
 from toolfleet.dispatcher.govern.callbacks import call_user, callback_name, error_text
 from toolfleet.dispatcher.send.enqueue import send_options
+from toolfleet.dispatcher.watch.approval_events import announce_approval
 from toolfleet.schemas.approval import ApprovalRequest
 from toolfleet.schemas.errors import ApprovalError, BrokerError
 from toolfleet.schemas.outage import through_outage
@@ -51,13 +52,17 @@ async def seek_approval(
         expires_at=now_s + max(0.0, wait_s),
     )
     try:
-        return await _park_and_wait(fleet, tool, message, request)
+        decided = await _park_and_wait(fleet, tool, message, request)
     except asyncio.CancelledError:
         # C9: act() was cancelled while the call was parked: end it, so no one is asked to
         # decide a call nothing waits for (a decision that landed first stands).
         why = "its act() was cancelled before a decision"
         await asyncio.shield(expire(fleet.redis, fleet.keys, request, by="cancel", why=why))
+        await asyncio.shield(announce_approval(fleet, tool, message, "withdrawn", why))
         raise
+    if not decided.approved:
+        await announce_approval(fleet, tool, message, decided.state, decided.decision_reason)
+    return decided
 
 
 async def _park_and_wait(
@@ -82,10 +87,11 @@ async def _park_and_wait(
             f"on {masked_url(fleet.settings.broker_url)!r}: {type(exc).__name__}: "
             f"{masked_url(str(exc))}; check that the broker is running"
         ) from exc
+    if earlier is not None and not earlier.waiting:
+        return earlier  # parked and decided before: a replay keeps its decision
+    await announce_approval(fleet, tool, message, "waiting", (earlier or request).reason)
     if earlier is not None:
-        if not earlier.waiting:
-            return earlier  # parked and decided before: a replay keeps its decision
-        request = earlier
+        request = earlier  # parked before and still waiting: wait on, ask no handler again
     else:
         await _ask_handlers(fleet, request)
     return await wait_for_decision(fleet.redis, fleet.keys, request)

@@ -40,6 +40,7 @@ from toolfleet.dispatcher.govern.session_signals import GateDenied
 from toolfleet.dispatcher.history.history import Unit
 from toolfleet.dispatcher.history.recorder import SignalSink
 from toolfleet.dispatcher.send.publisher import Publisher
+from toolfleet.dispatcher.watch.approval_events import announce_approval
 from toolfleet.dispatcher.watch.cancel import StragglerBuffer, stopped_result
 from toolfleet.dispatcher.watch.progress_relay import ProgressRelay
 from toolfleet.schemas import tracing
@@ -235,9 +236,10 @@ class Transaction:
         remaining_s = self.deadline.remaining_s()
         if remaining_s is not None:
             wait_s = min(wait_s, remaining_s)
+        message = self._message(ctx, 0)
         try:
             decided = await seek_approval(
-                self.fleet, ctx.tool, self._message(ctx, 0), reason=reason, wait_s=wait_s
+                self.fleet, ctx.tool, message, reason=reason, wait_s=wait_s
             )
         except BrokerError as exc:
             return self.abort(ctx, exc)
@@ -250,6 +252,7 @@ class Transaction:
             try:
                 await self._emit_pre(ctx)
             except Exception as exc:
+                await announce_approval(self.fleet, ctx.tool, message, "refused", str(exc))
                 return self.abort(ctx, exc)
         return None
 

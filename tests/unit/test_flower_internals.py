@@ -20,6 +20,7 @@ from flower.urls import settings as flower_settings
 from tests.support.internals_support import change_message, parameters
 from toolfleet.cli import flower_internals
 from toolfleet.cli.flower_internals import (
+    AWAITING_APPROVAL,
     FLOWER_WRITTEN_AGAINST,
     FUNCTION_IN_ARGSREPR,
     ToolTask,
@@ -102,3 +103,50 @@ def test_the_flower_app_and_its_events_thread_are_as_used() -> None:
         "flower.events.Events no longer keeps its State as .state"
     )
     assert FLOWER_WRITTEN_AGAINST in (flower_internals.__doc__ or "")
+
+
+def test_task_event_takes_what_tooltask_passes_on() -> None:
+    assert parameters(Task.event)[:5] == [
+        "self",
+        "type_",
+        "timestamp",
+        "local_received",
+        "fields",
+    ], changed(f"celery.events.state.Task.event takes {parameters(Task.event)}")
+
+
+def _fold(*events: dict[str, object]) -> State:
+    state = State()
+    track_calls(state)
+    for clock, event in enumerate(events, start=1):
+        stamp = float(clock)
+        fields = {"uuid": "call-1", "hostname": "h", "clock": clock, "timestamp": stamp}
+        fields["local_received"] = stamp
+        state.event({**fields, **event})
+    return state
+
+
+def test_a_parked_call_shows_awaiting_approval_and_moves_on_once_approved() -> None:
+    parked = {"type": "task-sent", "name": "tool:refund", "approval": "waiting"}
+    assert _fold(parked).tasks["call-1"].state == AWAITING_APPROVAL
+    approved = _fold(
+        parked,
+        {"type": "task-sent", "name": "toolfleet.execute", "args": "({'function': 'refund'},)"},
+        {"type": "task-received", "name": "tool:refund"},
+        {"type": "task-started"},
+    )
+    task = approved.tasks["call-1"]
+    assert (task.state, task.name) == (states.STARTED, "tool:refund")
+    # Celery alone ranks an unknown state above STARTED: the call would stay "waiting".
+    assert _fold(parked, {"type": "task-received"}).tasks["call-1"].state == states.RECEIVED
+
+
+def test_a_parked_call_that_ends_unrun_shows_revoked_with_its_time() -> None:
+    for ending in ("denied", "expired", "withdrawn", "refused"):
+        state = _fold(
+            {"type": "task-sent", "name": "tool:refund", "approval": "waiting"},
+            {"type": "task-sent", "name": "tool:refund", "approval": ending},
+        )
+        task = state.tasks["call-1"]
+        assert (task.state, task.revoked) == (states.REVOKED, 2.0), ending
+        assert not state.workers, "the dispatcher's events must not list it as a worker"

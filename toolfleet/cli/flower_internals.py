@@ -22,6 +22,7 @@ from celery.events.state import Task
 from toolfleet.schemas.tasks import EXECUTE_TASK
 
 __all__ = [
+    "AWAITING_APPROVAL",
     "FLOWER_WRITTEN_AGAINST",
     "FUNCTION_IN_ARGSREPR",
     "FlowerServer",
@@ -30,6 +31,9 @@ __all__ = [
 ]
 
 FLOWER_WRITTEN_AGAINST = "2.2.0"
+
+# What Flower shows for a call parked until someone approves it (docs/controls.md).
+AWAITING_APPROVAL = "AWAITING_APPROVAL"
 
 # toolfleet.dispatcher.send.enqueue shows a call as repr(({'call_id': ..., 'branch_id': ...,
 # 'function': ...},)).
@@ -52,6 +56,34 @@ class ToolTask(Task):
         **Task.merge_rules,
         states.PENDING: ("args", "kwargs", "retries", "eta", "expires", "root_id", "parent_id"),
     }
+
+    def event(
+        self,
+        type_: str,
+        timestamp: float | None = None,
+        local_received: float | None = None,
+        fields: dict[str, Any] | None = None,
+        *args: Any,
+        **kwargs: Any,
+    ) -> None:
+        """Celery's ``Task.event``, plus the dispatcher's ``approval`` field on ``task-sent``
+        (toolfleet.dispatcher.watch.approval_events): ``"waiting"`` shows the call as
+        ``AWAITING_APPROVAL``, any other value as ``REVOKED`` (it ended without running).
+
+        Celery ranks a state it does not know above ``STARTED``, so a later event of the
+        approved call could not move it on; it is ranked as ``PENDING`` instead.
+        """
+        approval = (fields or {}).get("approval") if type_ == "sent" else None
+        if getattr(self, "state", None) == AWAITING_APPROVAL:
+            self.state = states.PENDING
+        super().event(type_, timestamp, local_received, fields, *args, **kwargs)
+        if approval is None or getattr(self, "state", None) != states.PENDING:
+            return
+        if approval == "waiting":
+            self.state = AWAITING_APPROVAL
+        else:
+            self.state = states.REVOKED
+            self.revoked = timestamp
 
 
 def track_calls(state: Any) -> None:
