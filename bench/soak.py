@@ -91,6 +91,9 @@ async def _soak(
         wall_s = time.perf_counter() - began
         end = {
             "dispatcher_rss_mb": _mb(vm_kb("VmRSS")),
+            # What the soak itself holds in the dispatcher's process to count lost and
+            # duplicated calls; the dispatcher's own growth is the RSS growth minus this.
+            "soak_bookkeeping_mb": _mb(_deep_size(seen_call_ids, completed) // 1024),
             "workers_rss_mb": {w.name: _mb(w.rss_kb()) for w in workers},
         }
     finally:
@@ -104,6 +107,11 @@ async def _soak(
         "start": start,
         "end": end,
     }
+
+
+def _deep_size(*collections: set[Any]) -> int:
+    """Bytes of ``collections`` and the objects in them (none is shared with the fleet)."""
+    return sum(sys.getsizeof(c) + sum(sys.getsizeof(item) for item in c) for c in collections)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
