@@ -19,6 +19,7 @@ import mcp_types as types
 import pytest
 from mcp import Client, StdioServerParameters
 
+from tests.support.approvals import parked, ran, refund
 from tests.support.cli_support import cli_env, toolfleet, toolfleet_argv
 from tests.support.fleet import REPO_ROOT, private_workers, run
 from tests.support.waiting import until_async
@@ -45,17 +46,6 @@ def approvals(redis_url: str) -> Iterator[tuple[Settings, dict[str, str]]]:
         yield Settings.from_env(env, tools=TOOLS), env
 
 
-def ran(side: Path) -> list[tuple[str, int]]:
-    if not side.exists():
-        return []
-    return [(line.split()[0], int(line.split()[1])) for line in side.read_text().splitlines()]
-
-
-def refund(side: Path, token: int, amount: int = 5, **extra: Any) -> dict[str, Any]:
-    arguments = {"side": str(side), "token": token, "amount": amount, **extra}
-    return {"function": "refund", "arguments": arguments}
-
-
 async def cli(env: dict[str, str], home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """``toolfleet ARGS`` in another process (a second terminal) while act() waits here."""
     return await asyncio.to_thread(toolfleet, *args, home=home, env=env, timeout_s=60)
@@ -65,14 +55,6 @@ async def listed(env: dict[str, str], home: Path) -> list[dict[str, Any]]:
     done = await cli(env, home, "approvals", "--json")
     assert done.returncode == 0, done.stderr
     return [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
-
-
-async def parked(fleet: Fleet, count: int = 1) -> list[ApprovalRequest]:
-    async def found() -> list[ApprovalRequest] | None:
-        waiting = await fleet.approvals()
-        return waiting if len(waiting) >= count else None
-
-    return await until_async(found, timeout_s=20, what=f"{count} call(s) parked")
 
 
 def test_a_parked_call_holds_no_worker_and_is_approved_from_a_second_terminal(

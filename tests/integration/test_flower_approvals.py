@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import redis
 
+from tests.support.approvals import parked, ran, refund
 from tests.support.fleet import private_workers, run
 from tests.support.flower import (
     FLOWER_EVENTS_TIMEOUT_S,
@@ -69,11 +70,6 @@ async def flower_task(flower: FlowerProcess, call_id: str, state: str) -> dict[s
     )
 
 
-def refund(side: Path, token: int, amount: int) -> dict[str, Any]:
-    arguments = {"side": str(side), "token": token, "amount": amount, "card": CARD}
-    return {"function": "refund", "arguments": arguments}
-
-
 def test_flower_shows_parked_calls_awaiting_approval_then_run_or_revoked(
     watched: tuple[Settings, FlowerProcess], tmp_path: Path
 ) -> None:
@@ -82,15 +78,11 @@ def test_flower_shows_parked_calls_awaiting_approval_then_run_or_revoked(
 
     async def scenario(fleet: Fleet) -> None:
         branch = Branch(fleet=fleet)
-        acting = asyncio.create_task(branch.act([refund(side, 1, 10), refund(side, 2, 900)]))
-
-        async def two_parked() -> list[Any] | None:
-            waiting = await fleet.approvals()
-            return waiting if len(waiting) == 2 else None
+        calls = [refund(side, 1, 10, card=CARD), refund(side, 2, 900, card=CARD)]
+        acting = asyncio.create_task(branch.act(calls))
 
         small, large = sorted(
-            await until_async(two_parked, timeout_s=20, what="two calls parked"),
-            key=lambda request: request.arguments["amount"],
+            await parked(fleet, 2), key=lambda request: request.arguments["amount"]
         )
         for request in (small, large):
             task = await flower_task(flower, request.call_id, "AWAITING_APPROVAL")
@@ -110,11 +102,10 @@ def test_flower_shows_parked_calls_awaiting_approval_then_run_or_revoked(
 
         # No one decides in time: the call expires, and Flower shows it revoked too.
         [expired] = await branch.act(
-            [refund(side, 3, 20)], call_params=CallParams(approval_timeout_s=0.5)
+            [refund(side, 3, 20, card=CARD)], call_params=CallParams(approval_timeout_s=0.5)
         )
         assert "no one approved it" in expired.output["error"]
         await flower_task(flower, expired.call_id or "", "REVOKED")
 
     run(settings, scenario, timeout_s=90)
-    assert side.read_text().split()[:2] == ["refund", "1"]
-    assert len(side.read_text().splitlines()) == 1
+    assert ran(side) == [("refund", 1)]
