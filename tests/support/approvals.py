@@ -3,6 +3,7 @@ the runs its side channel counts, and a wait until calls are parked."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,11 +26,18 @@ def refund(side: Path, token: int, amount: int = 5, **extra: Any) -> dict[str, A
     return {"function": "refund", "arguments": arguments}
 
 
-async def parked(fleet: Fleet, count: int = 1) -> list[ApprovalRequest]:
-    """The fleet's waiting calls, once at least ``count`` are parked (oldest first)."""
+async def parked(
+    fleet: Fleet, count: int = 1, where: Callable[[ApprovalRequest], bool] | None = None
+) -> list[ApprovalRequest]:
+    """The fleet's waiting calls, once exactly ``count`` are parked and each passes ``where``
+    (oldest first).
+
+    A call is parked, and listed, before this process's handlers are asked, so a test whose
+    handlers decide some calls waits with ``where`` for the ones they leave."""
 
     async def found() -> list[ApprovalRequest] | None:
         waiting = await fleet.approvals()
-        return waiting if len(waiting) >= count else None
+        settled = len(waiting) == count and all(where is None or where(r) for r in waiting)
+        return waiting if settled else None
 
     return await until_async(found, timeout_s=20, what=f"{count} call(s) parked")
