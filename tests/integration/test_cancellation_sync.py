@@ -142,6 +142,7 @@ broker_url, mark = sys.argv[1], sys.argv[2]
 fleet = Fleet(Settings(broker_url=broker_url, tools={tools!r}))
 branch = Branch(fleet=fleet)
 first = branch.act_sync([{"function": "add", "arguments": {"a": 1, "b": 2}}])
+open(mark + ".first", "w").close()  # the test interrupts the second act_sync, not this one
 try:
     branch.act_sync([{"function": "sleep_then_mark", "arguments": {"path": mark, "seconds": 3.0}}])
     interrupted = False
@@ -181,7 +182,13 @@ def test_ctrl_c_inside_act_sync_raises_keyboardinterrupt_and_records_the_running
         )
     ) as proc:
         with broker.client() as client:
-            until(lambda: _running(client), timeout_s=30, what="the sync call to start")
+            # The first batch's call is running for a moment too: wait for the second's.
+            first_done = tmp_path / "mark.first"
+            until(
+                lambda: first_done.exists() and _running(client),
+                timeout_s=30,
+                what="the second act_sync's sync call to start",
+            )
         assert proc.poll() is None, "the script ended before it was interrupted"
         proc.send_signal(signal.SIGINT)
         stdout, stderr = proc.communicate(timeout=30)
