@@ -197,11 +197,13 @@ class SentinelCluster:
         return victim
 
     def wait_for_failover(self, old_port: int, timeout_s: float = 30.0) -> _Server:
-        """The new primary, once every sentinel names it and it answers as a primary."""
+        """The new primary, once every live sentinel names it and it answers as a primary."""
 
         def promoted() -> _Server | None:
             ports = set()
             for sentinel in self.sentinels:
+                if not sentinel.alive:
+                    continue
                 _host, port = sentinel.client().sentinel_get_master_addr_by_name(MASTER)
                 ports.add(int(port))
             if len(ports) != 1 or old_port in ports:

@@ -150,3 +150,20 @@ def test_a_parked_call_that_ends_unrun_shows_revoked_with_its_time() -> None:
         task = state.tasks["call-1"]
         assert (task.state, task.revoked) == (states.REVOKED, 2.0), ending
         assert not state.workers, "the dispatcher's events must not list it as a worker"
+
+
+def test_flowers_sentinel_broker_builds_its_client_where_we_replace_it() -> None:
+    from flower.utils import broker
+
+    sentinel = broker.RedisSentinel
+    wanted = ["self", "broker_options", "broker_use_ssl"]
+    assert parameters(sentinel._get_redis_client) == wanted, changed(
+        f"RedisSentinel._get_redis_client takes {parameters(sentinel._get_redis_client)}"
+    )
+    init = inspect.getsource(sentinel.__init__)
+    assert "self.redis = self._get_redis_client(" in init, changed(
+        "RedisSentinel() no longer builds self.redis with _get_redis_client"
+    )
+    base = inspect.getsource(broker.RedisBase.__init__)
+    for name in ("self.socket_timeout", "self.socket_connect_timeout"):
+        assert name in base, changed(f"RedisBase() no longer sets {name}")

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from toolfleet.cli.broker_probe import check_reachable
-from toolfleet.cli.flower_internals import FlowerServer, ToolTask, track_calls
+from toolfleet.cli.flower_internals import FlowerServer, ToolTask, ask_every_sentinel, track_calls
 from toolfleet.embedded import live_fleets, run_dir
 from toolfleet.schemas.errors import ConfigurationError
 from toolfleet.schemas.settings import ENV_PREFIX, Settings, masked_url
@@ -173,6 +173,7 @@ def _run(args: argparse.Namespace) -> int:
 
     # Up front, so a wrong URL is one line and exit 2, not Flower retrying for minutes.
     check_reachable(redis_url_of(app), broker_url)
+    ask_every_sentinel(redis_url_of(app))
     _serve(app, argv, fleet_pid=fleet_pid, settings=settings, port=args.port, address=args.address)
     # Flower's executor threads may be stuck reconnecting to a broker that is gone, and the
     # interpreter would wait for them at exit: the state is saved, so leave now.

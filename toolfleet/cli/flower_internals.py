@@ -6,7 +6,8 @@ it fails, fix the function here, nowhere else. The worker side's counterpart is
 :mod:`toolfleet.workers.celery_internals`.
 
 What for: Flower lists each call as ``tool:<function>`` under its call id with its own state
-and runtime (C10), and ``toolfleet flower`` runs Flower in-process on the workers' own app.
+and runtime (C10), ``toolfleet flower`` runs Flower in-process on the workers' own app, and
+Flower's queue lengths reach a Sentinel primary through any of the sentinels.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 from celery import Celery, states
 from celery.events.state import Task
 
+from toolfleet.schemas.redis_url import async_client, is_sentinel
 from toolfleet.schemas.tasks import EXECUTE_TASK
 
 __all__ = [
@@ -27,6 +29,7 @@ __all__ = [
     "FUNCTION_IN_ARGSREPR",
     "FlowerServer",
     "ToolTask",
+    "ask_every_sentinel",
     "track_calls",
 ]
 
@@ -115,6 +118,32 @@ def track_calls(state: Any) -> None:
         return applied
 
     state.event = event
+
+
+def ask_every_sentinel(redis_url: str) -> None:
+    """Let Flower's Broker page and ``/api/queues/length`` find a Sentinel primary through
+    every sentinel of ``redis_url`` (a URL naming its primary, toolfleet.schemas.redis_url).
+
+    Flower builds its Sentinel client from the first URL of kombu's failover list alone, so
+    while that one sentinel is down it shows no queue lengths (its API answers 500), though
+    the others would name the primary. A no-op for any other URL.
+
+    Internal: ``flower.utils.broker.RedisSentinel._get_redis_client(broker_options,
+    broker_use_ssl)`` returns the asyncio client its ``queues()`` reads and closes; the
+    instance carries ``socket_timeout`` and ``socket_connect_timeout``.
+    """
+    if not is_sentinel(redis_url):
+        return
+    from flower.utils import broker
+
+    def primary(self: Any, broker_options: Any, broker_use_ssl: Any) -> Any:
+        return async_client(
+            redis_url,
+            socket_timeout=self.socket_timeout,
+            socket_connect_timeout=self.socket_connect_timeout,
+        )
+
+    broker.RedisSentinel._get_redis_client = primary
 
 
 class FlowerServer:
