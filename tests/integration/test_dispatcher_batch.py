@@ -234,8 +234,13 @@ def test_collector_keeps_the_loop_free_and_history_grows_in_input_order(
     assert all(r.success for r in results)
     assert_linked_history(branch, results)
     assert [e.call_id for e in branch.events] == [r.call_id for r in results]
-    # The loop kept ticking: no blocking wait on the collector or the broker.
-    assert seen["ticks"] >= seen["elapsed_s"] / 0.01 / 4
+    # The loop kept ticking: no blocking wait on the collector or the broker. Quiet, it ticks
+    # every 12 ms (270 ticks in 3.3 s, the longest gap 0.13 s), but the batch's own work
+    # shares the loop and CPU starvation looks the same as a blocking wait from here: with
+    # four test processes on two cores it ticked every 50-90 ms. So the average asked is one
+    # tick per 200 ms; together with the longest gap (< 1 s) that still fails a loop that
+    # blocks on the broker chunk by chunk.
+    assert seen["ticks"] >= seen["elapsed_s"] / 0.01 / 20
     # A blocking wait would stall it for seconds; a loaded 2-core machine alone can withhold
     # the CPU from the loop for a few hundred ms (0.52 s seen with the suite under nice).
     assert seen["max_gap_s"] < 1.0, seen["max_gap_s"]
