@@ -9,28 +9,24 @@ machine is lost and the sentinels promote the replica: Flower follows without a 
 
 from __future__ import annotations
 
-import asyncio
-import json
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from tests.support.fleet import WorkerProcess, start_worker
+from tests.support.fleet import WorkerProcess, run, start_worker
 from tests.support.flower import (
     FLOWER_EVENTS_TIMEOUT_S,
     FlowerProcess,
     api,
-    http_get,
     start_flower,
     stop_flower,
+    wait_until_flower_watches,
 )
 from tests.support.sentinel_cluster import MASTER, SentinelCluster
 from tests.support.waiting import until
-from toolfleet import Branch, EventStatus, Fleet
-from toolfleet.schemas.redis_url import sync_client, with_master
+from toolfleet import ActionResponseModel, Branch, EventStatus, Fleet
 from toolfleet.schemas.settings import Settings
-from toolfleet.workers.monitor import live_leases
 
 TOOLS = ("tests.support.sample_tools",)
 
@@ -50,18 +46,7 @@ def watched(
         flower_env = {**env, "FLOWER_UNAUTHENTICATED_API": "true"}
         run_dir = tmp_path_factory.mktemp("flower-sentinel")
         flower = start_flower(cluster.url, run_dir, env=flower_env)
-        client = sync_client(with_master(cluster.url, MASTER), socket_timeout=2.0)
-        try:
-            until(
-                lambda: (
-                    worker is not None
-                    and worker.hostname in live_leases(client, settings.key("monitor"))
-                ),
-                timeout_s=FLOWER_EVENTS_TIMEOUT_S,
-                what="the worker to take the monitor lease Flower asked for",
-            )
-        finally:
-            client.close()
+        wait_until_flower_watches(flower, settings, [worker])
         yield cluster, settings, flower
     finally:
         if flower is not None:
@@ -73,17 +58,15 @@ def watched(
 
 def _act_and_see(settings: Settings, flower: FlowerProcess, a: int) -> None:
     """One ``add`` call acted on the fleet completes, and Flower shows it as ``tool:add``
-    in SUCCESS."""
+    in SUCCESS, with the queue lengths answering."""
 
-    async def scenario() -> Any:
-        async with Fleet(settings) as fleet:
-            [result] = await asyncio.wait_for(
-                Branch(fleet=fleet).act([{"function": "add", "arguments": {"a": a, "b": 1}}]),
-                60,
-            )
-            return result
+    async def scenario(fleet: Fleet) -> ActionResponseModel:
+        [result] = await Branch(fleet=fleet).act(
+            [{"function": "add", "arguments": {"a": a, "b": 1}}]
+        )
+        return result
 
-    result = asyncio.run(scenario())
+    result = run(settings, scenario)
     assert result.status is EventStatus.COMPLETED and result.output == a + 1
 
     def shown() -> dict[str, Any] | None:
@@ -92,14 +75,8 @@ def _act_and_see(settings: Settings, flower: FlowerProcess, a: int) -> None:
 
     task = until(shown, timeout_s=FLOWER_EVENTS_TIMEOUT_S, interval_s=0.1, what="the call shown")
     assert task["name"] == "tool:add"
-
-
-def _queue_lengths(flower: FlowerProcess) -> dict[str, int]:
-    status, body = http_get(flower.base_url + "/api/queues/length", timeout_s=15)
-    assert status == 200, f"/api/queues/length answered {status}: {body[:300]!r}\n{flower.log()}"
-    lengths = {q["name"]: q["messages"] for q in json.loads(body)["active_queues"]}
-    assert lengths and all(isinstance(n, int) and n >= 0 for n in lengths.values()), lengths
-    return lengths
+    lengths = api(flower, "/api/queues/length")["active_queues"]
+    assert lengths and all(isinstance(q["messages"], int) and q["messages"] >= 0 for q in lengths)
 
 
 def test_flower_follows_a_sentinel_fleet_with_its_first_sentinel_down_and_through_a_failover(
@@ -107,11 +84,9 @@ def test_flower_follows_a_sentinel_fleet_with_its_first_sentinel_down_and_throug
 ) -> None:
     cluster, settings, flower = watched
     _act_and_see(settings, flower, 1)
-    _queue_lengths(flower)
 
     # The URL's first sentinel is lost: the others name the primary.
     cluster.sentinels[0].kill()
-    _queue_lengths(flower)
     _act_and_see(settings, flower, 2)
 
     # The primary's machine is lost too: the two live sentinels promote the replica, and the
@@ -119,4 +94,3 @@ def test_flower_follows_a_sentinel_fleet_with_its_first_sentinel_down_and_throug
     old = cluster.kill_primary()
     cluster.wait_for_failover(old.port)
     _act_and_see(settings, flower, 3)
-    _queue_lengths(flower)

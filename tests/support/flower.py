@@ -18,12 +18,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 
 from tests.support.fleet import WorkerProcess
 from tests.support.waiting import until
 from toolfleet.embedded.processes import free_port
+from toolfleet.schemas.redis_url import sync_client
 from toolfleet.schemas.settings import Settings
+from toolfleet.workers.app_info import redis_url_from
 from toolfleet.workers.monitor import live_leases
 
 __all__ = [
@@ -154,7 +155,7 @@ def wait_until_flower_watches(
         )
     # Task events are off until a monitor asks: toolfleet flower asks as it starts, and each
     # worker records its lease; only then are the calls' events sure to be sent.
-    client = redis.Redis.from_url(fleet_settings.broker_url or "")
+    client = sync_client(redis_url_from(fleet_settings.broker_url, fleet_settings.sentinel_master))
     try:
         until(
             lambda: (

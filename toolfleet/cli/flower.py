@@ -172,8 +172,9 @@ def _run(args: argparse.Namespace) -> int:
     from toolfleet.workers.app import redis_url_of
 
     # Up front, so a wrong URL is one line and exit 2, not Flower retrying for minutes.
-    check_reachable(redis_url_of(app), broker_url)
-    ask_every_sentinel(redis_url_of(app))
+    redis_url = redis_url_of(app)
+    check_reachable(redis_url, broker_url)
+    ask_every_sentinel(redis_url)
     _serve(app, argv, fleet_pid=fleet_pid, settings=settings, port=args.port, address=args.address)
     # Flower's executor threads may be stuck reconnecting to a broker that is gone, and the
     # interpreter would wait for them at exit: the state is saved, so leave now.
