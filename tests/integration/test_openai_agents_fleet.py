@@ -35,8 +35,8 @@ from tests.support.doc_code import doc_blocks, fleet_for_files
 from tests.support.fleet import REPO_ROOT
 from tests.support.openai_agents_support import call_outputs, calls_turn, scripted
 from tests.support.waiting import until, until_async
-from toolfleet.adapters import openai_agents
 from toolfleet.adapters.openai_agents import FleetBinding, binding_of, on_fleet
+from toolfleet.adapters.openai_agents_calls import NOT_JSON, context_as_json
 from toolfleet.dispatcher import Branch, Fleet, HookPoint, Session
 from toolfleet.schemas.errors import ConfigurationError
 from toolfleet.schemas.keys import Keys
@@ -339,10 +339,10 @@ def test_on_fleet_reaches_handoffs_and_agent_tools_once_and_refuses_what_it_cann
         fleet.close()
 
     # The run context: JSON values pass through, anything else stays in this process.
-    assert openai_agents._json_context({"user": "ada", "n": [1, 2]}) == {"user": "ada", "n": [1, 2]}
-    assert openai_agents._json_context(Settings(broker_url="redis://x")) is not None
-    assert openai_agents._json_context({"conn": object()}) is None
-    assert openai_agents._json_context(None) is None
+    assert context_as_json({"user": "ada", "n": [1, 2]}) == {"user": "ada", "n": [1, 2]}
+    assert context_as_json(Settings(broker_url="redis://x")) is not NOT_JSON
+    assert context_as_json({"conn": object()}) is NOT_JSON
+    assert context_as_json(None) is None
 
 
 # --- the documented example, run as printed ---------------------------------------------------

@@ -8,10 +8,11 @@ side is :mod:`toolfleet.adapters.openai_agents`, which re-exports :func:`fleet_t
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable
-from typing import Annotated, Any, overload
+from typing import Annotated, Any, get_args, get_type_hints, overload
 
-from pydantic import BaseModel, create_model
+from pydantic import BaseModel, TypeAdapter, ValidationError, create_model
 from pydantic.json_schema import SkipJsonSchema
 
 from toolfleet.schemas.errors import ConfigurationError
@@ -28,7 +29,13 @@ except ImportError as exc:  # pragma: no cover - the extra is part of the test i
         f"the OpenAI Agents SDK is not installed ({exc}); pip install 'toolfleet[openai-agents]'"
     ) from exc
 
-__all__ = ["context_preprocessor", "fleet_tool", "takes_sdk_context", "with_context_field"]
+__all__ = [
+    "context_preprocessor",
+    "context_type_of",
+    "fleet_tool",
+    "takes_sdk_context",
+    "with_context_field",
+]
 
 
 @overload
@@ -81,7 +88,8 @@ def fleet_tool(
         request_options: type[BaseModel] | None = None
         if schema.takes_context:
             param = next(iter(schema.signature.parameters))
-            preprocessor, preprocessor_kwargs = context_preprocessor, {"param": param}
+            preprocessor = context_preprocessor
+            preprocessor_kwargs = {"param": param, "context_type": context_type_of(f, param)}
             request_options = with_context_field(schema.params_pydantic_model, param)
             secrets.add(param)
         register_tool(
@@ -101,18 +109,46 @@ def fleet_tool(
     return make
 
 
-def context_preprocessor(arguments: dict[str, Any], *, param: str) -> dict[str, Any]:
+def context_preprocessor(
+    arguments: dict[str, Any], *, param: str, context_type: Any = None
+) -> dict[str, Any]:
     """Worker side of a context-taking tool: its context argument, as sent, becomes the SDK's
-    ``ToolContext`` (the run context's JSON value, the tool name and ids)."""
+    ``ToolContext`` (the run context, the tool name and ids). A context the tool types as a
+    pydantic model or a dataclass (``RunContextWrapper[MyContext]``) is rebuilt from its JSON;
+    one that does not fit the type fails the call, naming the type."""
     sent = arguments.get(param)
     sent = sent if isinstance(sent, dict) else {}
+    context = sent.get("context")
+    if context is not None and context_type is not None:
+        try:
+            context = TypeAdapter(context_type).validate_python(context)
+        except ValidationError as exc:
+            raise ValueError(
+                f"the run context does not fit {context_type.__qualname__}, the type the "
+                f"tool's {param!r} parameter declares: {exc}"
+            ) from None
     ctx: ToolContext[Any] = ToolContext(
-        context=sent.get("context"),
+        context=context,
         tool_name=str(sent.get("tool_name") or ""),
         tool_call_id=str(sent.get("tool_call_id") or ""),
         tool_arguments=str(sent.get("tool_arguments") or ""),
     )
     return {**arguments, param: ctx}
+
+
+def context_type_of(func: Callable[..., Any], param: str) -> type | None:
+    """The ``T`` of a ``RunContextWrapper[T]``/``ToolContext[T]`` parameter when it is a pydantic
+    model or a dataclass (the types the worker rebuilds from JSON); None otherwise."""
+    try:
+        annotation = get_type_hints(func).get(param)
+    except Exception:  # an annotation that does not resolve: the context stays JSON
+        return None
+    for candidate in get_args(annotation):
+        if isinstance(candidate, type) and (
+            issubclass(candidate, BaseModel) or dataclasses.is_dataclass(candidate)
+        ):
+            return candidate
+    return None
 
 
 def with_context_field(model: type[BaseModel], param: str) -> type[BaseModel]:
