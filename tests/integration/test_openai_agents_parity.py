@@ -303,3 +303,49 @@ def test_tool_guardrails_run_around_the_fleet_call_as_around_a_local_one(
         "c3": "FINE",
     }
     assert remote_read == local_read
+
+
+def test_needs_approval_interrupts_the_run_and_resumes_through_the_sdks_approval_flow(
+    settings: Settings,
+) -> None:
+    """The SDK decides before the invoker runs: an approved call goes to the fleet when the
+    run resumes, a rejected one is never sent, and the model reads the SDK's texts."""
+
+    def script() -> ScriptedModel:
+        return scripted(
+            calls_turn([("shout", {"text": "yes"}, "c1"), ("shout", {"text": "no"}, "c2")])
+        )
+
+    async def run(fleet: Fleet | None) -> tuple[list[str], dict[str, str], list[int]]:
+        model = script()
+        agent = Agent(
+            name="probe", model=model, tools=[_sdk_tool(tools.shout, needs_approval=True)]
+        )
+        if fleet is not None:
+            on_fleet(agent, branch=Branch(fleet=fleet))
+        first = await Runner.run(agent, "Go.", run_config=RUN)
+        waiting = [item.raw_item.call_id for item in first.interruptions]  # type: ignore[union-attr]
+        state = first.to_state()
+        for item in first.interruptions:
+            if item.raw_item.call_id == "c1":  # type: ignore[union-attr]
+                state.approve(item)
+            else:
+                state.reject(item)
+        await Runner.run(agent, state, run_config=RUN)
+        assert model.last_call is not None
+        binding = binding_of(agent)
+        sizes = list(binding.batch_sizes) if binding is not None else []
+        return waiting, call_outputs(model.last_call.input), sizes
+
+    async def scenario() -> Any:
+        local = await run(None)
+        async with Fleet(settings) as fleet:
+            return local, await run(fleet)
+
+    (local_waiting, local_read, _), (waiting, read, sizes) = asyncio.run(
+        asyncio.wait_for(scenario(), 60)
+    )
+    assert local_waiting == waiting == ["c1", "c2"]
+    assert local_read["c1"] == "YES"
+    assert read == local_read
+    assert sizes == [1]  # the approved call only
