@@ -349,3 +349,26 @@ def test_needs_approval_interrupts_the_run_and_resumes_through_the_sdks_approval
     assert local_read["c1"] == "YES"
     assert read == local_read
     assert sizes == [1]  # the approved call only
+
+
+def test_failure_error_function_gets_the_tools_own_exception_and_none_raises_as_the_sdk(
+    settings: Settings,
+) -> None:
+    def script() -> ScriptedModel:
+        return scripted(calls_turn([("raise_value", {"message": "bad input"}, "c1")]))
+
+    def describe(ctx: Any, error: Exception) -> str:
+        return f"{type(error).__name__}|{error}|{type(error.__cause__).__name__}"
+
+    (_, local_read), (_, remote_read) = _both(
+        settings, script, [tools.raise_value], failure_error_function=describe
+    )
+    assert local_read == {"c1": "ValueError|bad input|NoneType"}
+    assert remote_read == local_read
+
+    (local, _), (remote, _) = _both(
+        settings, script, [tools.raise_value], failure_error_function=None
+    )
+    assert type(remote) is type(local) and str(remote) == str(local)
+    assert str(local) == "Error running tool raise_value: bad input"
+    assert type(remote.__cause__) is type(local.__cause__) is ValueError

@@ -26,6 +26,7 @@ from toolfleet.adapters.openai_agents_turns import Turn
 from toolfleet.dispatcher.branch import Branch
 from toolfleet.dispatcher.fleet import Fleet
 from toolfleet.schemas.action import ActionResponseModel, CallParams
+from toolfleet.schemas.error_info import rebuild_error
 from toolfleet.schemas.errors import ConfigurationError
 from toolfleet.schemas.status import EventStatus
 
@@ -49,11 +50,12 @@ SOURCE = "_toolfleet_source"
 
 
 class FleetToolError(Exception):
-    """A call that did not complete on the fleet (failed, aborted, cancelled or denied).
+    """A call that ended on the fleet without an error of its own (a gate's denial).
 
-    Raised inside the SDK's tool invoker, so the tool's ``failure_error_function`` turns it
-    into the text the model reads. ``str(error)`` is toolfleet's error text
-    (``"<Type>: <message>"``, or the gate's denial); ``result`` is the call's toolfleet result.
+    A call that failed raises its own exception instead, rebuilt on this side
+    (:func:`toolfleet.schemas.rebuild_error`). Raised inside the SDK's tool invoker, so the
+    tool's ``failure_error_function`` turns it into the text the model reads. ``str(error)`` is
+    toolfleet's text (the gate's denial); ``result`` is the call's toolfleet result.
     """
 
     def __init__(self, result: ActionResponseModel) -> None:
@@ -140,7 +142,8 @@ class FleetBinding:
     async def invoke(self, shape: ToolShape, ctx: ToolContext[Any], arguments: str) -> Any:
         """Run one SDK call on the fleet, in its turn's batch: the tool's output as the SDK
         renders a local tool's; ModelBehaviorError for arguments the SDK would not run, before
-        anything is sent; FleetToolError for a call that did not complete."""
+        anything is sent; the call's exception, rebuilt, for a call that failed;
+        FleetToolError for one that ended otherwise (denied)."""
         # A prepared (validated) local invocation has no use here: the workers validate.
         ctx._function_tool_arguments = None
         kept = decode_arguments(shape, arguments)
@@ -151,6 +154,10 @@ class FleetBinding:
         result = await self.submit(id(getattr(ctx, "usage", None)), envelope)
         if result.status is EventStatus.COMPLETED and result.error is None:
             return rebuild_output(shape, result.output)
+        if result.error_info is not None:
+            # The tool's own exception, by type, as failure_error_function would get it from
+            # a local tool: no toolfleet wrapper as its cause.
+            raise rebuild_error(result.error_info) from None
         raise FleetToolError(result)
 
     async def submit(self, run: int, envelope: dict[str, Any]) -> ActionResponseModel:
