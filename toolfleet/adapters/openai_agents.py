@@ -8,8 +8,10 @@ fleet: the calls of one turn of one run are gathered (:data:`GATHER_TICKS`) into
 ``Branch.act`` batch, in the order they arrived (the model's), each under the SDK's
 ``tool_call_id``, from which history's ids and the idempotency key (C7) derive. Each agent tool
 must be a toolfleet tool of the same name (``@tool`` wrapped by the SDK's ``function_tool``, or
-:func:`fleet_tool`). A call that does not complete raises :class:`FleetToolError` in the SDK's
-invoker, so the model reads what the tool's ``failure_error_function`` makes of it.
+:func:`fleet_tool`). A call behaves as the SDK's own executor would run it locally: arguments
+parsed by the SDK's rules before anything is sent (keys the schema does not name, the hidden
+context parameter's among them, never leave), the tool's own exception rebuilt by type for its
+``failure_error_function``, the output rebuilt to the declared return type.
 docs/agent-ecosystem.md, "OpenAI Agents SDK on the fleet", has the rules.
 """
 
