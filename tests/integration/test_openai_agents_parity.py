@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-import dataclasses
 import json
 import os
 import re
@@ -22,9 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agents import Agent, FunctionTool, Runner, function_tool
+from agents import Agent, Runner, function_tool
 from agents.exceptions import ModelBehaviorError
-from agents.run_config import RunConfig
 from agents.testing import ScriptedModel, function_call
 from agents.tool_guardrails import (
     ToolGuardrailFunctionOutput,
@@ -37,68 +35,28 @@ from agents.tool_guardrails import (
 from tests.support import openai_agents_tools as tools
 from tests.support import sample_tools
 from tests.support.command_log import CommandLog
-from tests.support.fleet import private_workers
-from tests.support.openai_agents_support import call_outputs, calls_turn, scripted
+from tests.support.openai_agents_support import (
+    RUN,
+    call_outputs,
+    calls_turn,
+    parity_workers,
+    run_both,
+    scripted,
+    sdk_tool,
+)
 from toolfleet.adapters.openai_agents import binding_of, on_fleet
-from toolfleet.dispatcher import Branch, Fleet
+from toolfleet.dispatcher import Fleet
 from toolfleet.schemas.settings import Settings
 from toolfleet.workers.registry import registry
 from toolfleet.workers.specs import tool_spec
 
-TOOLS = ("tests.support.sample_tools", "tests.support.openai_agents_tools")
-RUN = RunConfig(tracing_disabled=True)
 SECRET = "ADMIN_SECRET"
 
 
 @pytest.fixture(scope="module")
 def settings(redis_url: str) -> Iterator[Settings]:
-    """Settings of a sync and an async worker loading this module's tools."""
-    with private_workers(redis_url, "sdk-parity", tools=TOOLS) as env:
-        yield Settings.from_env(env, tools=TOOLS)
-
-
-def _sdk_tool(item: Any, **options: Any) -> FunctionTool:
-    """The SDK's FunctionTool of a tool function (a fleet_tool's is one already)."""
-    if isinstance(item, FunctionTool):
-        return dataclasses.replace(item, **options) if options else item
-    return function_tool(item, **options)
-
-
-async def _run(
-    model: ScriptedModel,
-    items: Sequence[Any],
-    *,
-    fleet: Fleet | None,
-    context: Any = None,
-    **options: Any,
-) -> tuple[Any, dict[str, str]]:
-    """Run one agent of ``items`` (in this process, or on ``fleet``): the run's final output or
-    the exception it raised, and what the model read of each call."""
-    agent = Agent(name="probe", model=model, tools=[_sdk_tool(t, **options) for t in items])
-    if fleet is not None:
-        on_fleet(agent, branch=Branch(fleet=fleet))
-    try:
-        outcome: Any = (
-            await Runner.run(agent, "Go.", run_config=RUN, context=context)
-        ).final_output
-    except Exception as exc:
-        outcome = exc
-    read = call_outputs(model.last_call.input) if model.last_call is not None else {}
-    return outcome, read
-
-
-def _both(
-    settings: Settings, script: Any, items: Sequence[Any], *, context: Any = None, **options: Any
-) -> tuple[tuple[Any, dict[str, str]], tuple[Any, dict[str, str]]]:
-    """``script()`` (a fresh model each time) run by the SDK and on the fleet."""
-
-    async def scenario() -> Any:
-        local = await _run(script(), items, fleet=None, context=context, **options)
-        async with Fleet(settings) as fleet:
-            remote = await _run(script(), items, fleet=fleet, context=context, **options)
-        return local, remote
-
-    return asyncio.run(asyncio.wait_for(scenario(), 60))  # type: ignore[no-any-return]
+    with parity_workers(redis_url, "sdk-parity") as found:
+        yield found
 
 
 def _decoded(commands: Sequence[str]) -> str:
@@ -176,7 +134,7 @@ def test_outputs_and_unnamed_keys_read_as_in_the_sdks_own_executor(settings: Set
             )
         )
 
-    (local, local_read), (remote, remote_read) = _both(
+    (local, local_read), (remote, remote_read) = run_both(
         settings, script, [tools.make_model, tools.make_error, tools.make_pair]
     )
     assert local_read == {"c1": "bar='x'", "c2": "returned, not raised", "c3": "(1, 2)"}
@@ -191,11 +149,11 @@ def test_invalid_json_arguments_raise_the_sdks_model_behavior_error_before_anyth
         return scripted([function_call("make_model", "{not json", call_id="c1")])
 
     # The default failure_error_function: the model reads the SDK's text.
-    (_, local_read), (_, remote_read) = _both(settings, script, [tools.make_model])
+    (_, local_read), (_, remote_read) = run_both(settings, script, [tools.make_model])
     assert remote_read == local_read and "error" in local_read["c1"]
 
     # failure_error_function=None: the run raises the SDK's ModelBehaviorError.
-    (local, _), (remote, _) = _both(
+    (local, _), (remote, _) = run_both(
         settings, script, [tools.make_model], failure_error_function=None
     )
     assert isinstance(local, ModelBehaviorError) and type(remote) is type(local)
@@ -204,7 +162,7 @@ def test_invalid_json_arguments_raise_the_sdks_model_behavior_error_before_anyth
     # And nothing was sent: no batch on the fleet.
     async def scenario() -> list[int]:
         async with Fleet(settings) as fleet:
-            agent = Agent(name="probe", model=script(), tools=[_sdk_tool(tools.make_model)])
+            agent = Agent(name="probe", model=script(), tools=[sdk_tool(tools.make_model)])
             on_fleet(agent, fleet=fleet)
             await Runner.run(agent, "Go.", run_config=RUN)
             binding = binding_of(agent)
@@ -221,12 +179,12 @@ def test_a_typed_context_travels_as_json_and_is_rebuilt_on_the_worker(settings: 
     def account_script() -> ScriptedModel:
         return scripted(calls_turn([("account_line", {"label": "Acct"}, "c1")]))
 
-    (_, local_read), (_, remote_read) = _both(
+    (_, local_read), (_, remote_read) = run_both(
         settings, profile_script, [tools.profile_line], context=tools.Profile(name="Ada", tier=2)
     )
     assert local_read == {"c1": "Hi Ada tier 2 (Profile)"}
     assert remote_read == local_read
-    (_, local_read), (_, remote_read) = _both(
+    (_, local_read), (_, remote_read) = run_both(
         settings, account_script, [tools.account_line], context=tools.Account("Ada", 12.5)
     )
     assert local_read == {"c1": "Acct: Ada has 12.5 (Account)"}
@@ -290,7 +248,7 @@ def test_tool_guardrails_run_around_the_fleet_call_as_around_a_local_one(
             )
         )
 
-    (_, local_read), (_, remote_read) = _both(
+    (_, local_read), (_, remote_read) = run_both(
         settings,
         script,
         [tools.shout],
@@ -305,52 +263,6 @@ def test_tool_guardrails_run_around_the_fleet_call_as_around_a_local_one(
     assert remote_read == local_read
 
 
-def test_needs_approval_interrupts_the_run_and_resumes_through_the_sdks_approval_flow(
-    settings: Settings,
-) -> None:
-    """The SDK decides before the invoker runs: an approved call goes to the fleet when the
-    run resumes, a rejected one is never sent, and the model reads the SDK's texts."""
-
-    def script() -> ScriptedModel:
-        return scripted(
-            calls_turn([("shout", {"text": "yes"}, "c1"), ("shout", {"text": "no"}, "c2")])
-        )
-
-    async def run(fleet: Fleet | None) -> tuple[list[str], dict[str, str], list[int]]:
-        model = script()
-        agent = Agent(
-            name="probe", model=model, tools=[_sdk_tool(tools.shout, needs_approval=True)]
-        )
-        if fleet is not None:
-            on_fleet(agent, branch=Branch(fleet=fleet))
-        first = await Runner.run(agent, "Go.", run_config=RUN)
-        waiting = [item.raw_item.call_id for item in first.interruptions]  # type: ignore[union-attr]
-        state = first.to_state()
-        for item in first.interruptions:
-            if item.raw_item.call_id == "c1":  # type: ignore[union-attr]
-                state.approve(item)
-            else:
-                state.reject(item)
-        await Runner.run(agent, state, run_config=RUN)
-        assert model.last_call is not None
-        binding = binding_of(agent)
-        sizes = list(binding.batch_sizes) if binding is not None else []
-        return waiting, call_outputs(model.last_call.input), sizes
-
-    async def scenario() -> Any:
-        local = await run(None)
-        async with Fleet(settings) as fleet:
-            return local, await run(fleet)
-
-    (local_waiting, local_read, _), (waiting, read, sizes) = asyncio.run(
-        asyncio.wait_for(scenario(), 60)
-    )
-    assert local_waiting == waiting == ["c1", "c2"]
-    assert local_read["c1"] == "YES"
-    assert read == local_read
-    assert sizes == [1]  # the approved call only
-
-
 def test_failure_error_function_gets_the_tools_own_exception_and_none_raises_as_the_sdk(
     settings: Settings,
 ) -> None:
@@ -360,13 +272,13 @@ def test_failure_error_function_gets_the_tools_own_exception_and_none_raises_as_
     def describe(ctx: Any, error: Exception) -> str:
         return f"{type(error).__name__}|{error}|{type(error.__cause__).__name__}"
 
-    (_, local_read), (_, remote_read) = _both(
+    (_, local_read), (_, remote_read) = run_both(
         settings, script, [tools.raise_value], failure_error_function=describe
     )
     assert local_read == {"c1": "ValueError|bad input|NoneType"}
     assert remote_read == local_read
 
-    (local, _), (remote, _) = _both(
+    (local, _), (remote, _) = run_both(
         settings, script, [tools.raise_value], failure_error_function=None
     )
     assert type(remote) is type(local) and str(remote) == str(local)

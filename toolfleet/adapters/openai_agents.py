@@ -21,6 +21,7 @@ import logging
 from collections.abc import Iterable
 from typing import Any, TypeVar
 
+from toolfleet.adapters.openai_agents_approvals import fleet_decisions
 from toolfleet.adapters.openai_agents_binding import BOUND, FleetBinding, FleetToolError
 from toolfleet.adapters.openai_agents_tools import fleet_tool
 from toolfleet.adapters.openai_agents_turns import GATHER_MAX_TICKS, GATHER_TICKS
@@ -39,7 +40,7 @@ except ImportError as exc:  # pragma: no cover - the extra is part of the test i
 
 __all__ = [
     "GATHER_MAX_TICKS", "GATHER_TICKS", "FleetBinding", "FleetToolError", "binding_of",
-    "fleet_tool", "on_fleet",
+    "fleet_decisions", "fleet_tool", "on_fleet",
 ]  # fmt: skip
 
 log = logging.getLogger(__name__)
@@ -55,6 +56,7 @@ def on_fleet(
     session: Session | None = None,
     call_params: CallParams | None = None,
     local: Iterable[str] = (),
+    fleet_approvals: bool = False,
 ) -> AgentT:
     """Put ``agent``'s function tools on the fleet and return the agent (the same object).
 
@@ -71,6 +73,10 @@ def on_fleet(
     each batch's (retries, timeout, window). Each tool's name must be a tool of the fleet's
     registry (the workers run that one), unless it is named in ``local``: those keep running
     in this process.
+
+    ``fleet_approvals=True`` (off by default: the SDK decides approvals in its ``RunState``
+    only) also parks each call a tool's ``needs_approval`` stops in toolfleet's approvals:
+    listed and decided from anywhere, and applied to the run by :func:`fleet_decisions`.
     """
     if not isinstance(agent, Agent):
         raise ConfigurationError(
@@ -83,7 +89,7 @@ def on_fleet(
         raise ConfigurationError(
             "on_fleet(): pass branch=, or fleet=/session= for a new branch, not both"
         )
-    binding = FleetBinding(branch, call_params=call_params)
+    binding = FleetBinding(branch, call_params=call_params, fleet_approvals=fleet_approvals)
     keep = frozenset(local)
     agents = _reachable(agent)
     # Checked for every agent first, so a refusal leaves every agent as it was.

@@ -12,8 +12,11 @@ import logging
 from collections import deque
 from typing import Any
 
+from toolfleet.adapters.openai_agents_approvals import parking_copy, settle_on_run
 from toolfleet.adapters.openai_agents_calls import (
+    BOUND,
     NOT_JSON,
+    SOURCE,
     ToolShape,
     context_as_json,
     decode_arguments,
@@ -43,11 +46,6 @@ __all__ = ["BOUND", "SOURCE", "FleetBinding", "FleetToolError"]
 
 log = logging.getLogger(__name__)
 
-# The attribute that marks an agent's fleet copy of a FunctionTool (its value: the binding).
-BOUND = "_toolfleet_binding"
-# The attribute that holds the FunctionTool a fleet copy was made from.
-SOURCE = "_toolfleet_source"
-
 
 class FleetToolError(Exception):
     """A call that ended on the fleet without an error of its own (a gate's denial).
@@ -66,8 +64,16 @@ class FleetToolError(Exception):
 class FleetBinding:
     """The toolfleet branch an agent's tools run on, and the gathering of each turn's calls."""
 
-    def __init__(self, branch: Branch, *, call_params: CallParams | None = None) -> None:
+    def __init__(
+        self,
+        branch: Branch,
+        *,
+        call_params: CallParams | None = None,
+        fleet_approvals: bool = False,
+    ) -> None:
         self.branch = branch
+        # needs_approval calls are parked in toolfleet's approvals too (openai_agents_approvals).
+        self.fleet_approvals = fleet_approvals
         # Results stay in input order, one per call (a None is never dropped).
         params = call_params if call_params is not None else CallParams()
         self.call_params = params.model_copy(update={"output_dropna": False})
@@ -130,11 +136,17 @@ class FleetBinding:
             context_param=context_param,
         )
 
+        parked = self.fleet_approvals and source.needs_approval is not False
+
         async def invoke(ctx: ToolContext[Any], arguments: str) -> Any:
+            if parked:
+                await settle_on_run(self, ctx.tool_call_id)
             return await self.invoke(shape, ctx, arguments)
 
         invoker = with_function_tool_failure_error_handler(invoke, _log_failure)
         copy = dataclasses.replace(source, on_invoke_tool=invoker)
+        if parked:
+            copy = parking_copy(self, copy, shape)
         setattr(copy, SOURCE, source)
         setattr(copy, BOUND, self)
         return copy

@@ -34,7 +34,9 @@ except ImportError as exc:  # pragma: no cover - the extra is part of the test i
     ) from exc
 
 __all__ = [
+    "BOUND",
     "NOT_JSON",
+    "SOURCE",
     "ToolShape",
     "context_as_json",
     "decode_arguments",
@@ -44,6 +46,10 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+# The attribute that marks an agent's fleet copy of a FunctionTool (its value: the binding).
+BOUND = "_toolfleet_binding"
+# The attribute that holds the FunctionTool a fleet copy was made from.
+SOURCE = "_toolfleet_source"
 # What context_as_json returns for a context with no JSON form.
 NOT_JSON: Any = object()
 _NO_ANNOTATION = (inspect.Signature.empty, Any, None, type(None), object)

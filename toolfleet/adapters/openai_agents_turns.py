@@ -9,12 +9,11 @@ round of the event loop. A turn gathers calls until the loop has gone round
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from collections import deque
+from typing import Any, Protocol
 
-from toolfleet.schemas.action import ActionResponseModel
-
-if TYPE_CHECKING:
-    from toolfleet.adapters.openai_agents_binding import FleetBinding
+from toolfleet.dispatcher.branch import Branch
+from toolfleet.schemas.action import ActionResponseModel, CallParams
 
 __all__ = ["GATHER_MAX_TICKS", "GATHER_TICKS", "Turn"]
 
@@ -23,6 +22,21 @@ __all__ = ["GATHER_MAX_TICKS", "GATHER_TICKS", "Turn"]
 # GATHER_MAX_TICKS rounds in all.
 GATHER_TICKS = 3
 GATHER_MAX_TICKS = 100
+
+
+class FleetBinding(Protocol):
+    """What a turn uses of its binding (``openai_agents_binding.FleetBinding``)."""
+
+    @property
+    def branch(self) -> Branch: ...
+
+    @property
+    def call_params(self) -> CallParams: ...
+
+    @property
+    def batch_sizes(self) -> deque[int]: ...
+
+    def turn_ended(self, turn: Turn) -> None: ...
 
 
 class Turn:
