@@ -75,8 +75,10 @@ def fleet_tool(
     keyword arguments go to the SDK's ``function_tool`` (``failure_error_function``,
     ``needs_approval``, ...). A function whose first parameter is the SDK's
     ``RunContextWrapper``/``ToolContext`` receives, on the worker, a ``ToolContext`` whose
-    ``context`` is the JSON value of the run's context (docs/agent-ecosystem.md, "The run context");
-    that argument never shows in history, logs or Flower.
+    ``context`` is the run's context carried as JSON, rebuilt into the type the parameter
+    declares when that is a pydantic model or a dataclass (docs/agent-ecosystem.md, "The run
+    context"); that argument is never taken from the model, and never shows in the spec,
+    history, logs or Flower.
     """
 
     def make(f: Callable[..., Any]) -> FunctionTool:
