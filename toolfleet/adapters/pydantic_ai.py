@@ -34,27 +34,39 @@ fleet's and whose calls run on toolfleet's workers.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Sequence
 from typing import Any, Literal
 
+import pydantic_core
 from pydantic_ai import ModelRetry, RunContext
+from pydantic_ai import Tool as PydanticAITool
 from pydantic_ai.exceptions import ToolFailed
 from pydantic_ai.tools import ToolDefinition
 from pydantic_ai.toolsets import AbstractToolset, ToolsetTool
+from pydantic_ai.toolsets.abstract import SchemaValidatorProt
 
-from toolfleet.adapters._turns import Conversations, TurnBatcher, fleet_tool
+from toolfleet.adapters._turns import Conversations, TurnBatcher
+from toolfleet.adapters._turns import fleet_tool as registered_tool
+from toolfleet.adapters.pydantic_ai_tools import (
+    FleetRunContext,
+    context_parameter,
+    run_context_preprocessor,
+)
+from toolfleet.adapters.pydantic_ai_tools import fleet_tool as fleet_tool
 from toolfleet.dispatcher.branch import Branch
 from toolfleet.dispatcher.fleet import Fleet
 from toolfleet.dispatcher.govern.hooks import HookBus
 from toolfleet.dispatcher.govern.session import Session
 from toolfleet.schemas.action import ActionResponseModel, CallParams
-from toolfleet.schemas.errors import ArgumentValidationError, ToolfleetError
+from toolfleet.schemas.approval import ApprovalRequest
+from toolfleet.schemas.errors import ArgumentValidationError, ConfigurationError, ToolfleetError
 from toolfleet.schemas.function_calling import normalize_arguments
 from toolfleet.schemas.status import EventStatus
 from toolfleet.schemas.tool import Tool
 
-__all__ = ["FleetToolset", "ToolfleetToolError", "answer"]
+__all__ = ["FleetToolset", "ToolfleetToolError", "answer", "fleet_tool"]
 
 # Error type names (the text before ": ") and what the model is told.
 _RETRY = ("ModelRetry", "ArgumentValidationError", "ToolTimeoutError")
@@ -94,23 +106,22 @@ class FleetToolset(AbstractToolset[Any]):
             "pydantic-ai", fleet=fleet, branch=branch, session=session
         )
         registry = self.conversations.fleet.registry
-        chosen = list(registry) if tools is None else [fleet_tool(registry, t) for t in tools]
-        self._tools: dict[str, Tool] = {t.function: t for t in chosen}
-        specs = registry.specs("openai", names=list(self._tools))
-        self._definitions = {
-            s["function"]["name"]: ToolDefinition(
-                name=s["function"]["name"],
-                description=s["function"].get("description"),
-                parameters_json_schema=dict(s["function"].get("parameters") or {}),
-                metadata={"toolfleet": True},
-            )
-            for s in specs
+        chosen = list(registry) if tools is None else [registered_tool(registry, t) for t in tools]
+        specs = registry.specs("openai", names=[t.function for t in chosen])
+        self._tools = {
+            t.function: _FleetTool.of(t, dict(spec["function"]))
+            for t, spec in zip(chosen, specs, strict=True)
         }
         self.max_retries = max_retries
         self.call_params = call_params
         self.raise_failures = raise_failures
         self.batcher = TurnBatcher()
         self._id = id
+        # Calls Pydantic AI approved (DeferredToolResults), by (branch, tool call id): the
+        # fleet parks them as any call of an approval tool, and this process approves them.
+        self._approved: set[tuple[str | None, str]] = set()
+        if any(t.tool.approval for t in self._tools.values()):
+            self.fleet.on_approval(self._approve_what_the_run_approved)
 
     @property
     def id(self) -> str | None:
@@ -129,25 +140,32 @@ class FleetToolset(AbstractToolset[Any]):
         """The toolfleet branch (history) of a Pydantic AI conversation."""
         return self.conversations.branch_id(conversation_id)
 
+    def definitions(self) -> list[ToolDefinition]:
+        """The tools' definitions, as the model is shown them."""
+        return [t.definition for t in self._tools.values()]
+
     async def get_tools(self, ctx: RunContext[Any]) -> dict[str, ToolsetTool[Any]]:
         max_retries = self.max_retries if self.max_retries is not None else ctx.max_retries
         return {
             name: ToolsetTool(
                 toolset=self,
-                tool_def=definition,
+                tool_def=fleet.definition,
                 max_retries=max_retries,
-                args_validator=_ArgumentsCheck(self._tools[name]),
+                args_validator=fleet.validator,
             )
-            for name, definition in self._definitions.items()
+            for name, fleet in self._tools.items()
         }
 
     async def call_tool(
         self, name: str, tool_args: dict[str, Any], ctx: RunContext[Any], tool: ToolsetTool[Any]
     ) -> Any:
         conversation = ctx.conversation_id
-        envelope: dict[str, Any] = {"function": name, "arguments": tool_args}
+        fleet = self._tools[name]
+        envelope: dict[str, Any] = {"function": name, "arguments": fleet.arguments(tool_args, ctx)}
         if ctx.tool_call_id:
             envelope["id"] = ctx.tool_call_id
+            if ctx.tool_call_approved and fleet.tool.approval:
+                self._approved.add((self.branch_id(conversation), ctx.tool_call_id))
         # One batch per run's turn: the run's calls that arrive together.
         key = (
             ("run", ctx.run_id) if ctx.run_id else ("conversation", conversation, id(ctx.messages))
@@ -159,6 +177,107 @@ class FleetToolset(AbstractToolset[Any]):
             self.call_params,
         )
         return answer(result, raise_failures=self.raise_failures)
+
+    def _approve_what_the_run_approved(self, request: ApprovalRequest) -> bool | None:
+        """Approval handler: True for a call the run approved through Pydantic AI's
+        ``DeferredToolResults``; None (left to other deciders) for any other."""
+        if request.tool_call_id is None:
+            return None
+        key = (request.branch_id, request.tool_call_id)
+        if key in self._approved or (None, request.tool_call_id) in self._approved:
+            return True
+        return None
+
+
+@dataclasses.dataclass
+class _FleetTool:
+    """One fleet tool as Pydantic AI sees it: its definition, its argument validator and, for
+    a tool taking ``RunContext``, the parameter the run context is sent under."""
+
+    tool: Tool
+    definition: ToolDefinition
+    validator: SchemaValidatorProt
+    context_param: str | None = None
+
+    @classmethod
+    def of(cls, tool: Tool, spec: dict[str, Any]) -> _FleetTool:
+        param: str | None = None
+        if tool.preprocessor is run_context_preprocessor:
+            param = str(tool.preprocessor_kwargs["param"])
+        elif tool.preprocessor is None and context_parameter(tool.func_callable) is not None:
+            raise ConfigurationError(
+                f"the tool {tool.function!r} takes Pydantic AI's RunContext, but is registered "
+                "with toolfleet's @tool, which cannot rebuild it on a worker; register it with "
+                "toolfleet.adapters.pydantic_ai.fleet_tool"
+            )
+        kind: Literal["function", "unapproved"] = "unapproved" if tool.approval else "function"
+        local = _as_local_tool(tool, param)
+        if local is None:
+            definition = ToolDefinition(
+                name=spec["name"],
+                description=spec.get("description"),
+                parameters_json_schema=dict(spec.get("parameters") or {}),
+                metadata={"toolfleet": True},
+                kind=kind,
+            )
+            return cls(tool, definition, _ArgumentsCheck(tool), param)
+        # Pydantic AI's own definition and validator of the function, as for a local tool.
+        definition = dataclasses.replace(local.tool_def, metadata={"toolfleet": True}, kind=kind)
+        return cls(tool, definition, _LocalArguments(local, param), param)
+
+    def arguments(self, validated: dict[str, Any], ctx: RunContext[Any]) -> dict[str, Any]:
+        """What is sent: the validated arguments as JSON, and the run context under its
+        parameter (refused, naming the tool and type, when the run's deps are not JSON)."""
+        arguments = dict(validated)
+        if isinstance(self.validator, _LocalArguments):
+            schema = self.validator.local.function_schema
+            arguments = schema.dump_json_parameters(arguments, by_alias=False, round_trip=True)
+        arguments = pydantic_core.to_jsonable_python(arguments)
+        if self.context_param is not None:
+            arguments[self.context_param] = {
+                "deps": _json_deps(self.tool.function, ctx.deps),
+                "run": _json_run(ctx),
+            }
+        return arguments
+
+
+def _as_local_tool(tool: Tool, context_param: str | None) -> PydanticAITool[Any] | None:
+    """Pydantic AI's ``Tool`` of a fleet tool's function, when the fleet runs that function as
+    it is (no request model, no processors but the run context's): its schema and validation
+    are then exactly a local tool's. None for any other tool (toolfleet's spec is used)."""
+    if tool.request_options is not None and context_param is None:
+        return None
+    if tool.preprocessor not in (None, run_context_preprocessor) or tool.postprocessor:
+        return None
+    try:
+        return PydanticAITool(tool.func_callable, name=tool.function)
+    except Exception:  # a signature Pydantic AI cannot read: toolfleet's spec stands
+        return None
+
+
+def _json_deps(function: str, deps: Any) -> Any:
+    try:
+        return pydantic_core.to_jsonable_python(deps)
+    except pydantic_core.PydanticSerializationError as exc:
+        raise ConfigurationError(
+            f"the tool {function!r} takes RunContext, but the run's deps "
+            f"({type(deps).__name__}) are not JSON ({exc}); run it with deps that serialize "
+            "to JSON (a dict, a dataclass or pydantic model of JSON values), or keep the tool "
+            "in the agent's process"
+        ) from None
+
+
+def _json_run(ctx: RunContext[Any]) -> dict[str, Any]:
+    """The run context's fields that Pydantic AI's durable execution carries to another
+    worker, as JSON; a field whose value is not JSON stays behind (reading it on the worker
+    raises, saying why)."""
+    carried: dict[str, Any] = {}
+    for name, value in FleetRunContext.serialize_run_context(ctx).items():
+        try:
+            carried[name] = pydantic_core.to_jsonable_python(value)
+        except pydantic_core.PydanticSerializationError:
+            continue
+    return carried
 
 
 def answer(result: ActionResponseModel, *, raise_failures: bool = False) -> Any:
@@ -175,6 +294,46 @@ def answer(result: ActionResponseModel, *, raise_failures: bool = False) -> Any:
     if raise_failures:
         raise ToolfleetToolError(result)
     raise ToolFailed(error)
+
+
+class _LocalArguments:
+    """Pydantic AI's own validation of a fleet tool's arguments (its retry prompts, its
+    errors), with the run context's parameter taken out: a value the model sends under that
+    name is dropped, never sent (the run's own context is)."""
+
+    def __init__(self, local: PydanticAITool[Any], context_param: str | None) -> None:
+        self.local = local
+        self.context_param = context_param
+
+    def validate_json(
+        self,
+        input: str | bytes | bytearray,
+        *,
+        allow_partial: bool | Literal["off", "on", "trailing-strings"] = False,
+        **kwargs: Any,
+    ) -> Any:
+        validator = self.local.function_schema.validator
+        if self.context_param is not None:
+            try:
+                parsed = pydantic_core.from_json(input or "{}")
+            except ValueError:
+                parsed = None  # the validator below says what is wrong, as for a local tool
+            if isinstance(parsed, dict) and self.context_param in parsed:
+                del parsed[self.context_param]
+                input = pydantic_core.to_json(parsed)
+        return validator.validate_json(input, allow_partial=allow_partial, **kwargs)
+
+    def validate_python(
+        self,
+        input: Any,
+        *,
+        allow_partial: bool | Literal["off", "on", "trailing-strings"] = False,
+        **kwargs: Any,
+    ) -> Any:
+        if self.context_param is not None and isinstance(input, dict):
+            input = {k: v for k, v in input.items() if k != self.context_param}
+        validator = self.local.function_schema.validator
+        return validator.validate_python(input, allow_partial=allow_partial, **kwargs)
 
 
 class _ArgumentsCheck:
