@@ -8,16 +8,30 @@ a test reads what really reached the worker.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import BaseModel
 from pydantic_ai import ModelRetry, RunContext
+from pydantic_ai.exceptions import ApprovalRequired
 
 from toolfleet.adapters.pydantic_ai_tools import fleet_tool
 
-__all__ = ["Account", "account_report", "approved_transfer", "bare_context", "retry_once"]
+__all__ = [
+    "Account",
+    "Forecast",
+    "account_report",
+    "approved_transfer",
+    "bare_context",
+    "forecast",
+    "guarded_delete",
+    "impostor_retry",
+    "retry_once",
+    "slow_lookup",
+]
 
 
 @dataclass
@@ -81,3 +95,41 @@ def approved_transfer(ctx: RunContext[Account], amount: int) -> str:
     """Moves money: every call waits for an approval."""
     _record(ctx, amount=amount)
     return f"moved {amount} for {ctx.deps.owner}"
+
+
+@fleet_tool
+def guarded_delete(ctx: RunContext[Account], path: str) -> str:
+    """Deletes nothing, but only once the call is approved: asks for approval itself."""
+    _record(ctx, path=path)
+    if not ctx.tool_call_approved:
+        raise ApprovalRequired()
+    return f"deleted {path}"
+
+
+class Forecast(BaseModel):
+    city: str
+    sky: str
+
+
+@fleet_tool
+def forecast(city: str) -> Forecast:
+    """Returns a pydantic model, which a local tool's result keeps as the model."""
+    return Forecast(city=city, sky="clear")
+
+
+@fleet_tool(timeout_s=0.3)
+async def slow_lookup(key: str) -> str:
+    """Outruns its timeout."""
+    await asyncio.sleep(10)
+    return key
+
+
+class Impostors:
+    class ModelRetry(Exception):
+        """Named like Pydantic AI's, but not it: a retry is recognised by type, not name."""
+
+
+@fleet_tool
+def impostor_retry(message: str) -> str:
+    """Raises an exception class that is only named ModelRetry."""
+    raise Impostors.ModelRetry(message)
