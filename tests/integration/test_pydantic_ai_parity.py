@@ -6,12 +6,15 @@ model must read the same thing, and the run must end the same way.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
 from pydantic_ai import Agent
 from pydantic_ai import Tool as LocalTool
-from pydantic_ai.models.function import FunctionModel
+from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.tools import DeferredToolRequests
 from pydantic_ai.toolsets import AbstractToolset, FunctionToolset
 
 from tests.integration.test_pydantic_ai_fleet import returns, turns
@@ -101,3 +104,44 @@ def test_a_tools_exception_ends_the_run_with_its_own_type_and_a_retry_is_known_b
         lambda fleet: FleetToolset(["impostor_retry"], fleet=fleet, tool_errors_as_results=True),
     )
     assert as_results == [("e2", "failed", "ModelRetry: no")]
+
+
+def test_the_toolset_wrappers_apply_to_fleet_tools_as_to_local_ones(pa: AgentFleet) -> None:
+    """Prefixing, renaming, filtering, preparing and approval_required wrap a FleetToolset as
+    any leaf toolset: the model sees their names and descriptions, calls run on the fleet."""
+    offered: list[dict[str, str | None]] = []
+    calls: Calls = [
+        ("fleet_add", {"a": 1, "b": 2}, "w1"),
+        ("fleet_plus", {"value": "hi"}, "w2"),
+        ("fleet_add", {"a": 6, "b": 13}, "w3"),
+    ]
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if offered:
+            return ModelResponse(parts=[TextPart("done")])
+        offered.append({t.name: t.description for t in info.function_tools})
+        return ModelResponse(parts=[ToolCallPart(n, a, tool_call_id=i) for n, a, i in calls])
+
+    async def scenario(fleet: Fleet) -> Any:
+        base = FleetToolset(["add", "whoami", "echo"], fleet=fleet)
+        wrapped = (
+            base.filtered(lambda ctx, definition: definition.name != "whoami")
+            .renamed({"plus": "echo"})
+            .prepared(lambda ctx, defs: [replace(d, description=f"[fleet] {d.name}") for d in defs])
+            .approval_required(lambda ctx, definition, args: args.get("b") == 13)
+            .prefixed("fleet")
+        )
+        agent = Agent(
+            FunctionModel(model), toolsets=[wrapped], output_type=[str, DeferredToolRequests]
+        )
+        return await agent.run("go")
+
+    result = run(pa.settings, scenario)
+    assert offered == [
+        {"fleet_add": "[fleet] add", "fleet_plus": "[fleet] plus"},
+    ]
+    added, echoed = returns(result.all_messages())
+    assert (added.tool_call_id, added.content) == ("w1", 3)
+    assert (echoed.tool_call_id, echoed.content) == ("w2", "hi")
+    assert isinstance(result.output, DeferredToolRequests)
+    assert [c.tool_call_id for c in result.output.approvals] == ["w3"]
