@@ -33,7 +33,7 @@ from toolfleet.workers.registry import tool as register_tool
 
 try:
     from pydantic_ai import Tool
-    from pydantic_ai.durable_exec._run_context import DurableRunContext
+    from pydantic_ai.durable_exec import DurableRunContext
     from pydantic_ai.exceptions import UserError
 except ImportError as exc:  # pragma: no cover - the extra is part of the test install
     raise ConfigurationError(
