@@ -37,14 +37,13 @@ fleet's and whose calls run on toolfleet's workers.
 from __future__ import annotations
 
 import dataclasses
-import json
 import typing
 from collections.abc import Sequence
 from typing import Any, Literal
 
 import pydantic_core
 from pydantic import TypeAdapter
-from pydantic_ai import ModelRetry, RunContext
+from pydantic_ai import RunContext
 from pydantic_ai import Tool as PydanticAITool
 from pydantic_ai.tools import ToolDefinition
 from pydantic_ai.toolsets import AbstractToolset, ToolsetTool
@@ -52,6 +51,7 @@ from pydantic_ai.toolsets.abstract import SchemaValidatorProt
 
 from toolfleet.adapters._turns import Conversations, TurnBatcher
 from toolfleet.adapters._turns import fleet_tool as registered_tool
+from toolfleet.adapters.pydantic_ai_arguments import ArgumentsCheck, LocalArguments
 from toolfleet.adapters.pydantic_ai_results import ToolfleetToolError, answer
 from toolfleet.adapters.pydantic_ai_tools import (
     FleetRunContext,
@@ -65,8 +65,7 @@ from toolfleet.dispatcher.govern.hooks import HookBus
 from toolfleet.dispatcher.govern.session import Session
 from toolfleet.schemas.action import CallParams
 from toolfleet.schemas.approval import ApprovalRequest
-from toolfleet.schemas.errors import ArgumentValidationError, ConfigurationError
-from toolfleet.schemas.function_calling import normalize_arguments
+from toolfleet.schemas.errors import ConfigurationError
 from toolfleet.schemas.tool import Tool
 
 __all__ = ["APPROVED_SUFFIX", "FleetToolset", "ToolfleetToolError", "answer", "fleet_tool"]
@@ -195,9 +194,10 @@ class FleetToolset(AbstractToolset[Any]):
         ``DeferredToolResults``; None (left to other deciders) for any other."""
         if request.tool_call_id is None:
             return None
-        key = (request.branch_id, request.tool_call_id)
-        if key in self._approved or (None, request.tool_call_id) in self._approved:
-            return True
+        for key in ((request.branch_id, request.tool_call_id), (None, request.tool_call_id)):
+            if key in self._approved:
+                self._approved.discard(key)  # one approval, one call
+                return True
         return None
 
 
@@ -237,16 +237,16 @@ class _FleetTool:
                 metadata={"toolfleet": True},
                 kind=kind,
             )
-            return cls(tool, definition, _ArgumentsCheck(tool), param)
+            return cls(tool, definition, ArgumentsCheck(tool, param), param)
         # Pydantic AI's own definition and validator of the function, as for a local tool.
         definition = dataclasses.replace(local.tool_def, metadata={"toolfleet": True}, kind=kind)
-        return cls(tool, definition, _LocalArguments(local, param), param, _returns(local))
+        return cls(tool, definition, LocalArguments(local, param), param, _returns(local))
 
     def arguments(self, validated: dict[str, Any], ctx: RunContext[Any]) -> dict[str, Any]:
         """What is sent: the validated arguments as JSON, and the run context under its
         parameter (refused, naming the tool and type, when the run's deps are not JSON)."""
         arguments = dict(validated)
-        if isinstance(self.validator, _LocalArguments):
+        if isinstance(self.validator, LocalArguments):
             schema = self.validator.local.function_schema
             arguments = schema.dump_json_parameters(arguments, by_alias=False, round_trip=True)
         arguments = pydantic_core.to_jsonable_python(arguments)
@@ -309,80 +309,3 @@ def _json_run(ctx: RunContext[Any]) -> dict[str, Any]:
         except pydantic_core.PydanticSerializationError:
             continue
     return carried
-
-
-class _LocalArguments:
-    """Pydantic AI's own validation of a fleet tool's arguments (its retry prompts, its
-    errors), with the run context's parameter taken out: a value the model sends under that
-    name is dropped, never sent (the run's own context is)."""
-
-    def __init__(self, local: PydanticAITool[Any], context_param: str | None) -> None:
-        self.local = local
-        self.context_param = context_param
-
-    def validate_json(
-        self,
-        input: str | bytes | bytearray,
-        *,
-        allow_partial: bool | Literal["off", "on", "trailing-strings"] = False,
-        **kwargs: Any,
-    ) -> Any:
-        validator = self.local.function_schema.validator
-        if self.context_param is not None:
-            try:
-                parsed = pydantic_core.from_json(input or "{}")
-            except ValueError:
-                parsed = None  # the validator below says what is wrong, as for a local tool
-            if isinstance(parsed, dict) and self.context_param in parsed:
-                del parsed[self.context_param]
-                input = pydantic_core.to_json(parsed)
-        return validator.validate_json(input, allow_partial=allow_partial, **kwargs)
-
-    def validate_python(
-        self,
-        input: Any,
-        *,
-        allow_partial: bool | Literal["off", "on", "trailing-strings"] = False,
-        **kwargs: Any,
-    ) -> Any:
-        if self.context_param is not None and isinstance(input, dict):
-            input = {k: v for k, v in input.items() if k != self.context_param}
-        validator = self.local.function_schema.validator
-        return validator.validate_python(input, allow_partial=allow_partial, **kwargs)
-
-
-class _ArgumentsCheck:
-    """The tool's argument check, as a Pydantic AI argument validator: the model's arguments,
-    unchanged, when toolfleet would accept them; else ``ModelRetry`` saying why."""
-
-    def __init__(self, tool: Tool) -> None:
-        self.tool = tool
-
-    def validate_json(
-        self,
-        input: str | bytes | bytearray,
-        *,
-        allow_partial: bool | Literal["off", "on", "trailing-strings"] = False,
-        **kwargs: Any,
-    ) -> Any:
-        try:
-            arguments = json.loads(input or "{}")
-        except ValueError as exc:
-            raise ModelRetry(
-                f"the arguments are not valid JSON ({exc}); send a JSON object"
-            ) from None
-        return self.validate_python(arguments, allow_partial=allow_partial)
-
-    def validate_python(
-        self,
-        input: Any,
-        *,
-        allow_partial: bool | Literal["off", "on", "trailing-strings"] = False,
-        **kwargs: Any,
-    ) -> Any:
-        arguments = {} if input is None else input
-        try:
-            normalize_arguments(self.tool, arguments)
-        except ArgumentValidationError as exc:
-            raise ModelRetry(str(exc)) from None
-        return dict(arguments)
