@@ -36,7 +36,7 @@ from tests.support.agent_fleet import (
 )
 from tests.support.fleet import run
 from toolfleet import Branch, Fleet, HookPoint, PermissionPolicy, Session
-from toolfleet.adapters.pydantic_ai import FleetToolset, ToolfleetToolError
+from toolfleet.adapters.pydantic_ai import FleetToolset
 from toolfleet.schemas.keys import Keys
 from toolfleet.schemas.settings import Settings
 
@@ -94,7 +94,7 @@ def test_a_turns_parallel_calls_run_on_the_fleet_as_one_batch(pa: AgentFleet) ->
     conv = conversation()
 
     async def scenario(fleet: Fleet) -> tuple[Any, FleetToolset, Branch]:
-        toolset = FleetToolset(fleet=fleet)
+        toolset = FleetToolset(fleet=fleet, tool_errors_as_results=True)
         result = await Agent(FunctionModel(model), toolsets=[toolset]).run(
             "go", conversation_id=conv
         )
@@ -115,8 +115,8 @@ def test_a_turns_parallel_calls_run_on_the_fleet_as_one_batch(pa: AgentFleet) ->
     ]
     assert pa.runs_in_a_worker(parts[0].content["pid"])
     assert [p.content for p in parts[1:3]] == [0.3, 5]
-    # A tool's exception is a failed result the model sees (C1); ToolFailed raised on the
-    # worker is Pydantic AI's own ToolFailed.
+    # tool_errors_as_results: a tool's exception is a failed result the model sees (C1);
+    # ToolFailed raised on the worker is Pydantic AI's own ToolFailed.
     assert (parts[3].outcome, parts[3].content) == ("failed", "ValueError: broken on purpose")
     assert (parts[4].outcome, parts[4].content) == (
         "failed",
@@ -155,8 +155,10 @@ def test_a_model_retry_raised_on_a_worker_makes_the_model_try_again(pa: AgentFle
     assert lower.outcome == "retried"
     assert lower.content == "write the city as a proper name, 'Paris', not 'paris'"
     assert (added.outcome, added.content) == ("success", 3)
-    # Arguments that do not fit the tool's schema: Pydantic AI's retry prompt, nothing sent.
-    assert invalid.outcome == "retried" and "argument 'a'" in str(invalid.content)
+    # Arguments that do not fit the tool's schema: Pydantic AI's retry prompt (a local tool's
+    # validation errors), nothing sent.
+    assert invalid.outcome == "retried"
+    assert [(e["loc"], e["type"]) for e in invalid.content] == [(["a"], "float_parsing")]
     assert proper.outcome == "success" and pa.runs_in_a_worker(proper.content["pid"])
     # The model was sent the retry before its second turn.
     second_request = seen[1][-1]
@@ -245,21 +247,22 @@ def test_gates_permission_policy_pre_hooks_and_raised_failures(pa: AgentFleet) -
         return returns(result.all_messages())
 
     denied, refused, allowed = run(pa.settings, scenario)
-    assert (denied.outcome, denied.content) == ("failed", "denied by governance gate")
+    assert (denied.outcome, denied.content) == ("denied", "denied by governance gate")
     assert refused.outcome == "failed"
     assert str(refused.content).startswith("PermissionError: permission denied")
     assert (allowed.outcome, allowed.content) == ("success", "ls")
     assert seen == ["echo", "echo"]  # the denied call never reached TOOL_PRE
 
-    # raise_failures: a failed call ends the run, as a local tool's exception would.
+    # By default a tool's exception ends the run as a local tool's does: its own type.
     failing, _ = turns([("fail", {"message": "stop here"}, "f1")], "never")
 
     async def raising(fleet: Fleet) -> None:
-        toolset = FleetToolset(["fail"], fleet=fleet, raise_failures=True)
+        toolset = FleetToolset(["fail"], fleet=fleet)
         await Agent(FunctionModel(failing), toolsets=[toolset]).run("go")
 
-    with pytest.raises(ToolfleetToolError, match="ValueError: stop here"):
+    with pytest.raises(ValueError) as raised:
         run(pa.settings, raising)
+    assert type(raised.value) is ValueError and str(raised.value) == "stop here"
 
 
 def test_the_documented_glue_runs_as_printed(pa: AgentFleet) -> None:
