@@ -38,10 +38,17 @@ import json
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from pydantic_ai import ModelRetry, RunContext
-from pydantic_ai.exceptions import ToolFailed
-from pydantic_ai.tools import ToolDefinition
-from pydantic_ai.toolsets import AbstractToolset, ToolsetTool
+from toolfleet.schemas.errors import ConfigurationError
+
+try:
+    from pydantic_ai import ModelRetry, RunContext
+    from pydantic_ai.exceptions import ToolFailed
+    from pydantic_ai.tools import ToolDefinition
+    from pydantic_ai.toolsets import AbstractToolset, ToolsetTool
+except ImportError as exc:  # pragma: no cover - the extra is part of the test install
+    raise ConfigurationError(
+        f"Pydantic AI is not installed ({exc}); pip install 'toolfleet[pydantic-ai]'"
+    ) from exc
 
 from toolfleet.adapters._turns import Conversations, TurnBatcher, fleet_tool
 from toolfleet.dispatcher.branch import Branch
