@@ -230,6 +230,11 @@ def tool(
     ``approval=True``: every call of the tool waits, parked in Redis, until someone approves
     it (``toolfleet approve``, ``Fleet.approve``, an approval handler); denied or unanswered
     within ``CallParams.approval_timeout_s``, it is not run (docs/controls.md).
+
+    A tool returns JSON data (pydantic models, dataclasses, datetimes, UUIDs are converted).
+    A value with no JSON form (bytes, a plain object) still completes its call, with the
+    output ``"<unserializable>"`` (ADR-0012 D1); the worker logs a warning naming the tool
+    and the type, once per tool per worker process.
     """
 
     def decorate(f: F) -> F:
