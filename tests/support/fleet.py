@@ -22,6 +22,7 @@ from celery import Celery
 from tests.support.waiting import until
 from toolfleet.dispatcher import Branch, Fleet
 from toolfleet.dispatcher.send.enqueue import publish_calls
+from toolfleet.embedded.processes import reap_with_this_process, release_group
 from toolfleet.schemas.action import ActionResponseModel
 from toolfleet.schemas.messages import ActionRequest, ActionResponse
 from toolfleet.schemas.settings import Settings
@@ -87,6 +88,7 @@ class WorkerProcess:
                 self.process.wait(10)
         # Prefork children left behind by a killed parent share its process group.
         self._signal(signal.SIGKILL)
+        release_group(self.process.pid)
         if self._app is not None:
             self._app.close()
         if not os.environ.get("TOOLFLEET_TEST_KEEP_LOGS"):
@@ -97,6 +99,7 @@ class WorkerProcess:
         """SIGKILL the worker and its children at once: a crash, not a shutdown."""
         self._signal(signal.SIGKILL)
         self.process.wait(10)
+        release_group(self.process.pid)
 
     def _signal(self, sig: signal.Signals) -> None:
         try:
@@ -228,6 +231,9 @@ def start_worker(
         )
     finally:
         os.close(log_fd)
+    # The worker and its pool end with this process however it ends (Ctrl-C on pytest -n 3,
+    # a SIGKILLed test run): the embedded fleet's reaper kills the group if stop() never ran.
+    reap_with_this_process(process.pid)
     settings_env = {k: v for k, v in full_env.items() if k.startswith("TOOLFLEET_")}
     app = create_app(Settings.from_env(settings_env))
     worker = WorkerProcess(kind, hostname, process, Path(log_name), app)
