@@ -184,10 +184,12 @@ def start_worker(
     ready_timeout_s: float = 60.0,
     loglevel: str = "INFO",
     prefix: Sequence[str] = (),
+    options: Sequence[str] = (),
 ) -> WorkerProcess:
     """Run ``toolfleet worker --kind <kind>`` against ``redis_url``; return once it answers
     a ping. Extra ``TOOLFLEET_*`` settings go in ``env``; ``prefix`` runs it through another
-    command (``ip netns exec NAME``, which execs it: the PID stays the worker's)."""
+    command (``ip netns exec NAME``, which execs it: the PID stays the worker's); ``options``
+    go after the command's own."""
     if concurrency is None:
         concurrency = 4 if kind == "sync" else 500
     hostname = hostname or f"{kind}-{uuid.uuid4().hex[:8]}@localhost"
@@ -218,6 +220,7 @@ def start_worker(
     ]
     if tools:
         command += ["--tools", ",".join(tools)]
+    command += options
     log_fd, log_name = tempfile.mkstemp(prefix=f"toolfleet-{kind}-worker-", suffix=".log")
     try:
         process = subprocess.Popen(
