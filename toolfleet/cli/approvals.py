@@ -69,7 +69,12 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
             epilog=_EPILOG,
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
-        parser.add_argument("call_id", metavar="CALL_ID")
+        parser.add_argument(
+            "call_id",
+            metavar="CALL_ID",
+            help=f"the call's id, or a prefix of it ({MIN_PREFIX}+ characters) no other "
+            "waiting call shares",
+        )
         parser.add_argument(
             "--reason",
             required=name == "deny",
