@@ -90,7 +90,8 @@ def _fleet_settings(*, start_saved: bool) -> Iterator[tuple[Settings, str]]:
     if not start_saved:
         raise ConfigurationError(
             f"no fleet to inspect: {ENV_PREFIX}BROKER_URL is unset and no embedded fleet is "
-            f"running; set {ENV_PREFIX}BROKER_URL=redis://host:6379/0 (or run `toolfleet demo`)"
+            f"running; set {ENV_PREFIX}BROKER_URL=redis://host:6379/0, or run this while a "
+            f"`toolfleet run`, `demo` or `mcp` runs (its embedded fleet stops when it ends)"
         )
     home = run_dir(settings)
     reader_dir = home / "run" / f"reader-{os.getpid()}"

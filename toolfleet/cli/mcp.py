@@ -51,13 +51,8 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_tools_option(parser)
-    parser.add_argument(
-        "--transport",
-        choices=("stdio", "http"),
-        default="stdio",
-        help="stdio: the client starts this command and talks over its stdin/stdout "
-        "(default); http: serve Streamable HTTP at http://HOST:PORT/mcp",
-    )
+    transport = "stdio (default): the client's pipes; http: Streamable HTTP at HOST:PORT/mcp"
+    parser.add_argument("--transport", choices=("stdio", "http"), default="stdio", help=transport)
     parser.add_argument(
         "--host", default="127.0.0.1", help="HTTP: address to bind (default 127.0.0.1)"
     )
