@@ -41,6 +41,7 @@ _COMMANDS: dict[str, str] = {
     "demo": "toolfleet.cli.run",
     "worker": "toolfleet.cli.worker",
     "flower": "toolfleet.cli.flower",
+    "broker": "toolfleet.cli.broker",
     "status": "toolfleet.cli.admin",
     "history": "toolfleet.cli.history",
     "recover": "toolfleet.cli.recover",
