@@ -1,7 +1,7 @@
 """The test suite's workers end with the process that started them, however it ends: a test
-run interrupted by Ctrl-C or SIGKILLed leaves no ``toolfleet worker`` (nor its prefork pool)
-running (tests/support/fleet.py hands each worker's process group to the embedded fleet's
-reaper, toolfleet/embedded/reaper.py)."""
+run interrupted by Ctrl-C or SIGKILLed leaves no ``toolfleet worker`` (nor its prefork pool),
+nor a Flower, running (tests/support/fleet.py and flower.py hand each one's process group to
+the embedded fleet's reaper, toolfleet/embedded/reaper.py)."""
 
 from __future__ import annotations
 
@@ -17,13 +17,15 @@ import pytest
 from tests.support.cli_support import REPO_ROOT, cli_env, killed_on_exit
 from tests.support.waiting import until
 
-# Starts a sync worker (a prefork pool of 2) through the test helpers, prints its PID, then
-# waits to be stopped, never calling stop().
+# Starts a sync worker (a prefork pool of 2) and a Flower through the test helpers, prints
+# their PIDs, then waits to be stopped, never calling stop().
 _STARTER = """
-import sys, time
+import pathlib, sys, time
 from tests.support.fleet import start_worker
+from tests.support.flower import start_flower
 worker = start_worker("sync", redis_url=sys.argv[1], concurrency=2)
-print(worker.pid, flush=True)
+flower = start_flower(sys.argv[1], pathlib.Path(sys.argv[2]))
+print(worker.pid, flower.proc.pid, flush=True)
 while True:
     time.sleep(1)
 """
@@ -50,7 +52,7 @@ def test_a_worker_ends_with_the_test_process_that_started_it(
 ) -> None:
     with killed_on_exit(
         subprocess.Popen(
-            [sys.executable, "-c", _STARTER, redis_url],
+            [sys.executable, "-c", _STARTER, redis_url, str(tmp_path / "flower")],
             cwd=REPO_ROOT,
             env=cli_env(tmp_path),
             stdin=subprocess.DEVNULL,
@@ -60,17 +62,17 @@ def test_a_worker_ends_with_the_test_process_that_started_it(
         )
     ) as starter:
         assert starter.stdout is not None
-        worker_pid = int(starter.stdout.readline())
+        worker_pid, flower_pid = map(int, starter.stdout.readline().split())
         try:
             until(lambda: len(_group(worker_pid)) >= 3, timeout_s=30, what="the pool started")
             starter.send_signal(how)
             starter.wait(timeout=30)
             until(
-                lambda: not _group(worker_pid),
+                lambda: not _group(worker_pid) and not _group(flower_pid),
                 timeout_s=10,
-                what=lambda: f"the worker's group gone; left: {_group(worker_pid)}",
+                what=lambda: f"all gone; left: {_group(worker_pid) + _group(flower_pid)}",
             )
         finally:
-            for pid in _group(worker_pid):  # a failing test leaves nothing behind either
+            for pid in _group(worker_pid) + _group(flower_pid):  # nothing left if it fails
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
