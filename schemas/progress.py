@@ -37,8 +37,9 @@ class ProgressReport(BaseModel):
     call_id: str
     attempt: int = 0
     function: str
-    done: float
-    total: float | None = None
+    # An int stays an int (progress(1, total=6) reaches the listener as 1 of 6, not 1.0).
+    done: int | float
+    total: int | float | None = None
     message: str | None = None
     # 1, 2, ... per attempt, in the order the tool reported (throttling skips numbers).
     seq: int
@@ -69,9 +70,10 @@ def decode(raw: bytes | str) -> ProgressReport | None:
 
 def check_progress(
     done: object, total: object = None, message: object = None
-) -> tuple[float, float | None, str | None]:
+) -> tuple[int | float, int | float | None, str | None]:
     """The arguments of ``current_call().progress()`` checked: ``done`` and ``total`` finite
-    numbers (not bools), ``message`` a string (cut to :data:`MESSAGE_MAX_CHARS`)."""
+    numbers (not bools; an int stays an int), ``message`` a string (cut to
+    :data:`MESSAGE_MAX_CHARS`)."""
     number = _number("done", done)
     whole = None if total is None else _number("total", total)
     if message is not None and not isinstance(message, str):
@@ -82,9 +84,11 @@ def check_progress(
     return number, whole, text
 
 
-def _number(name: str, value: object) -> float:
+def _number(name: str, value: object) -> int | float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise TypeError(f"progress({name}=...) must be a number, got {type(value).__name__}")
+    if isinstance(value, int):
+        return int(value)  # an IntEnum or int subclass as its plain value
     number = float(value)
     if not math.isfinite(number):
         raise ValueError(f"progress({name}=...) must be finite, got {value!r}")

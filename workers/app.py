@@ -157,6 +157,7 @@ def _load_tools_at_worker_start(app: Celery) -> None:
         # would not import (the README's plain-Celery recipe).
         try:
             registry_of(app).load_modules(settings_of(app).tools, search_dir=os.getcwd())
+            registry_of(app).in_worker = True  # its errors now speak of a worker's registry
         except ConfigurationError as exc:
             # Celery logs and swallows a signal handler's Exception, which would leave a
             # worker that fails every call UnknownToolError: stop it with one line.

@@ -9,6 +9,7 @@ loop thread) and batches (:mod:`toolfleet.workers.bundle`, through the batch's o
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import socket
 from collections.abc import Callable
@@ -30,6 +31,7 @@ from toolfleet.schemas.errors import (
 )
 from toolfleet.schemas.function_calling import FunctionCalling
 from toolfleet.schemas.record import not_run_result
+from toolfleet.schemas.serialize import UNSERIALIZABLE
 from toolfleet.schemas.settings import Settings
 from toolfleet.schemas.status import EventStatus
 from toolfleet.schemas.tool import Tool, ToolKind
@@ -46,6 +48,10 @@ __all__ = ["Outcome", "execute_async"]
 
 # Poll period while a live duplicate delivery waits for the holder's terminal record.
 _DUPLICATE_POLL_S = 0.2
+
+log = logging.getLogger(__name__)
+# The tools this process has warned about returning a value that is not JSON: once each.
+_warned_unserializable: set[str] = set()
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,10 +249,12 @@ async def _run_tool(
         if not cancel_is_final():
             raise
     error = _tool_error(call, tool, timeout_s, limit_s)
+    event = {**call.to_dict(), "tool_call_id": msg.tool_call_id}
+    _warn_if_unserializable(tool, call.execution.response, event)
     result = CallResult(
         call_id=msg.call_id,
         function=tool.function,
-        event={**call.to_dict(), "tool_call_id": msg.tool_call_id},
+        event=event,
         attempt=msg.attempt,
         worker=hostname,
         batch_id=msg.batch_id,
@@ -259,6 +267,24 @@ async def _run_tool(
     if call.status is EventStatus.FAILED:
         return Outcome(result, error if isinstance(error, BaseException) else rebuild_error(result))
     return Outcome(result, None)
+
+
+def _warn_if_unserializable(tool: Tool, response: Any, event: dict[str, Any]) -> None:
+    """A tool that returns a value with no JSON form still completes, its output the marker
+    ``"<unserializable>"`` (ADR-0012 D1); say so in the worker's log, once per tool here."""
+    if event["execution"]["response"] != UNSERIALIZABLE or response == UNSERIALIZABLE:
+        return
+    if tool.function in _warned_unserializable:
+        return
+    _warned_unserializable.add(tool.function)
+    log.warning(
+        "tool %r returned a %s, which has no JSON form: its calls complete with the output "
+        "%r. Return JSON data (dict, list, str, int, float, bool, None; pydantic models, "
+        "dataclasses, datetimes and UUIDs are converted). Said once per tool per worker process.",
+        tool.function,
+        type(response).__qualname__,
+        UNSERIALIZABLE,
+    )
 
 
 def _tool_error(

@@ -28,6 +28,7 @@ from celery.app.amqp import AMQP
 from celery.utils.saferepr import saferepr
 from celery.worker import state as worker_state
 from celery.worker.control import Panel
+from kombu import Connection
 from kombu.transport import redis as kombu_redis
 
 __all__ = [
@@ -40,6 +41,7 @@ __all__ = [
     "exception_info",
     "install_enable_events",
     "mark_revoked",
+    "mask_only_a_password",
     "patch_worker",
     "pool_app_and_hostname",
     "report_failure",
@@ -122,9 +124,11 @@ def install_enable_events(on_enable: Callable[[Any], None]) -> None:
 def patch_worker(on_enable: Callable[[Any], None]) -> None:
     """Everything a starting worker process changes in Celery and kombu, once per process:
     ``on_enable`` runs after each ``enable_events`` (:func:`install_enable_events`), and a
-    broker restart does not make the worker exit (:func:`survive_broker_restart`)."""
+    broker restart does not make the worker exit (:func:`survive_broker_restart`), and its
+    banner and logs show a broker URL without a password as it is (:func:`mask_only_a_password`)."""
     install_enable_events(on_enable)
     survive_broker_restart()
+    mask_only_a_password()
 
 
 def task_events_off(consumer: Any) -> bool:
@@ -302,3 +306,23 @@ def survive_broker_restart() -> None:
     """Patch kombu's Redis channel once per process (idempotent)."""
     if kombu_redis.Channel._connparams is not _connparams:
         kombu_redis.Channel._connparams = _connparams  # type: ignore[method-assign]
+
+
+# -- the broker URL a worker shows (kombu's Connection.as_uri) ----------------------------------
+# kombu masks the password of every URL it shows, even one with no password: the worker's
+# banner and its "Connected to" line said ``redis://:**@127.0.0.1:6379/0``, as though a
+# password were set. A URL with no password has nothing to hide; one with a password is
+# masked as before.
+
+_KOMBU_AS_URI = Connection.as_uri
+
+
+def _as_uri(self: Connection, include_password: bool = False, *args: Any, **kwargs: Any) -> str:
+    shown: str = _KOMBU_AS_URI(self, include_password or not self.password, *args, **kwargs)
+    return shown
+
+
+def mask_only_a_password() -> None:
+    """Patch kombu's ``Connection.as_uri`` once per process (idempotent)."""
+    if Connection.as_uri is not _as_uri:
+        Connection.as_uri = _as_uri  # type: ignore[method-assign]

@@ -30,6 +30,9 @@ class Registry:
     def __init__(self) -> None:
         self._tools: dict[str, Tool] = {}
         self._modules: list[str] = []
+        # Set where a worker starts: an unknown tool is then the worker's to know, not the
+        # calling program's (the dispatcher checks its own registry before a call is sent).
+        self.in_worker = False
         # Registration happens at import time, which may race in threaded tests.
         self._lock = threading.RLock()
 
@@ -54,10 +57,17 @@ class Registry:
         try:
             return self._tools[name]
         except KeyError:
+            loaded = list(self._modules) or "none"
+            if self.in_worker:
+                raise UnknownToolError(
+                    f"no tool named {name!r} in this worker's registry (tool modules loaded: "
+                    f"{loaded}); add the module defining it to the worker's TOOLFLEET_TOOLS "
+                    f"or --tools"
+                ) from None
             raise UnknownToolError(
-                f"no tool named {name!r} in this worker's registry (tool modules loaded: "
-                f"{list(self._modules) or 'none'}); add the module defining it to "
-                f"TOOLFLEET_TOOLS or --tools"
+                f"no tool named {name!r} is registered in this program (tool modules loaded: "
+                f"{loaded}); add the module defining it to TOOLFLEET_TOOLS (or "
+                f"Fleet.from_env(tools=[...])), as the workers load it"
             ) from None
 
     def names(self) -> list[str]:
@@ -230,6 +240,11 @@ def tool(
     ``approval=True``: every call of the tool waits, parked in Redis, until someone approves
     it (``toolfleet approve``, ``Fleet.approve``, an approval handler); denied or unanswered
     within ``CallParams.approval_timeout_s``, it is not run (docs/controls.md).
+
+    A tool returns JSON data (pydantic models, dataclasses, datetimes, UUIDs are converted).
+    A value with no JSON form (bytes, a plain object) still completes its call, with the
+    output ``"<unserializable>"`` (ADR-0012 D1); the worker logs a warning naming the tool
+    and the type, once per tool per worker process.
     """
 
     def decorate(f: F) -> F:

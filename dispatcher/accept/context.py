@@ -7,6 +7,7 @@ import os
 import random
 import uuid
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from toolfleet.schemas.action import ToolInvocation
@@ -71,6 +72,9 @@ class CallContext:
     tool_call_type: Literal["function", "custom"] = "function"
     # The approval decision of a call that was parked for one (ApprovalRequest.decision()).
     approval: dict[str, Any] | None = None
+    # When act() took the call: its ActionRequest's time in history, written only once the
+    # call ends, so that requests in input order read in time order too.
+    requested_at: datetime = field(default_factory=lambda: datetime.now(UTC))
 
     def __post_init__(self) -> None:
         if not self.tool_call_id:

@@ -196,6 +196,7 @@ def _answer(
         call_id=ctx.call_id,
         tool_call_id=ctx.tool_call_id,
         request=ctx.request,
+        requested_at=ctx.requested_at,
     )
     model = ActionResponseModel(
         function=ctx.function,

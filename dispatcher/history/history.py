@@ -13,6 +13,7 @@ import json
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -79,11 +80,13 @@ def link_pair(
     call_id: str | None = None,
     tool_call_id: str | None = None,
     request: ActionRequest | None = None,
+    requested_at: datetime | None = None,
 ) -> tuple[ActionRequest, ActionResponse]:
     """An ActionRequest and its ActionResponse, each naming the other's id (C1, C2).
 
     A caller's own ``request`` is the one kept (its id stays; its content is set to what
-    history records: redacted arguments, the call's ids, the response link).
+    history records: redacted arguments, the call's ids, the response link). A new request
+    is dated ``requested_at`` (when the call was made), else now.
     """
     content = ActionRequestContent(
         function=function, arguments=arguments, tool_call_id=tool_call_id, call_id=call_id
@@ -92,6 +95,8 @@ def link_pair(
         request = ActionRequest(
             id=new_call_id(), sender=branch_id, recipient=function, content=content
         )
+        if requested_at is not None:
+            request.created_at = requested_at
     else:
         request.content = content
         request.sender = request.sender or branch_id

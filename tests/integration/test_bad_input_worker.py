@@ -91,6 +91,7 @@ def test_a_call_naming_an_unregistered_tool_fails_and_runs_nothing(
     error = result.execution["error"]
     assert error["error"] == "UnknownToolError"
     assert repr(function) in error["message"] and "tests.support.sample_tools" in error["message"]
+    assert "in this worker's registry" in error["message"]
     # No tool, so no list of secrets: every argument value is hidden in the record.
     assert set(result.event["arguments"].values()) == {"***"}
     assert not path.exists()

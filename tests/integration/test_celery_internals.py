@@ -176,3 +176,18 @@ def test_a_task_can_send_its_own_revoked_event() -> None:
     names = parameters(celery.Task.send_event)
     assert names[:2] == ["self", "type_"], changed(f"Task.send_event takes {names}")
     assert CELERY_WRITTEN_AGAINST in (celery_internals.__doc__ or "")
+
+
+def test_kombu_shows_a_connection_by_as_uri_with_include_password_first() -> None:
+    from kombu import Connection
+
+    names = parameters(Connection.as_uri)
+    assert names[:2] == ["self", "include_password"], changed(f"Connection.as_uri takes {names}")
+    kombus = Connection.as_uri
+    celery_internals.mask_only_a_password()  # as a starting worker does, in its process only
+    try:
+        assert Connection("redis://127.0.0.1:6379/0").as_uri() == "redis://127.0.0.1:6379/0"
+        masked = Connection("redis://:pw@127.0.0.1:6379/0").as_uri()
+        assert masked == "redis://:**@127.0.0.1:6379/0"
+    finally:
+        Connection.as_uri = kombus  # type: ignore[method-assign]

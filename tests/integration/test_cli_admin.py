@@ -56,7 +56,8 @@ def test_usage_and_configuration_errors_exit_2(tmp_path: Path) -> None:
         "out.jsonl",
     )  # fmt: skip
     # Nothing embedded is running and no broker is configured: nothing to inspect.
-    _one_line_error(toolfleet("status", home=tmp_path), "TOOLFLEET_BROKER_URL")
+    # The hint names what to do now: an embedded fleet is there only while its command runs.
+    _one_line_error(toolfleet("status", home=tmp_path), "TOOLFLEET_BROKER_URL", "while a")
     # A broker that does not answer is named (password masked), not retried for minutes.
     dead = {"TOOLFLEET_BROKER_URL": "redis://:pw@127.0.0.1:1/0"}
     for args in (

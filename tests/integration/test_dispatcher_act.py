@@ -415,6 +415,9 @@ def test_manager_exceptions_are_suppressed_values_or_raised_after_history(
         EventStatus.ABORTED,
     ]
     assert str(results[0].error).startswith("UnknownToolError: no tool named 'no_such_tool'")
+    # Refused by this program's registry before it was sent: no worker was asked.
+    assert "registered in this program" in str(results[0].error)
+    assert "worker's registry" not in str(results[0].error)
     assert str(results[1].error).startswith("ArgumentValidationError:")
     assert "'b'" in str(results[1].error)
     assert str(results[3].error).startswith("NotJSONError: argument 'value'")

@@ -22,6 +22,7 @@ from celery import Celery
 from tests.support.waiting import until
 from toolfleet.dispatcher import Branch, Fleet
 from toolfleet.dispatcher.send.enqueue import publish_calls
+from toolfleet.embedded.processes import reap_with_this_process, release_group
 from toolfleet.schemas.action import ActionResponseModel
 from toolfleet.schemas.messages import ActionRequest, ActionResponse
 from toolfleet.schemas.settings import Settings
@@ -87,6 +88,7 @@ class WorkerProcess:
                 self.process.wait(10)
         # Prefork children left behind by a killed parent share its process group.
         self._signal(signal.SIGKILL)
+        release_group(self.process.pid)
         if self._app is not None:
             self._app.close()
         if not os.environ.get("TOOLFLEET_TEST_KEEP_LOGS"):
@@ -97,6 +99,7 @@ class WorkerProcess:
         """SIGKILL the worker and its children at once: a crash, not a shutdown."""
         self._signal(signal.SIGKILL)
         self.process.wait(10)
+        release_group(self.process.pid)
 
     def _signal(self, sig: signal.Signals) -> None:
         try:
@@ -181,10 +184,12 @@ def start_worker(
     ready_timeout_s: float = 60.0,
     loglevel: str = "INFO",
     prefix: Sequence[str] = (),
+    options: Sequence[str] = (),
 ) -> WorkerProcess:
     """Run ``toolfleet worker --kind <kind>`` against ``redis_url``; return once it answers
     a ping. Extra ``TOOLFLEET_*`` settings go in ``env``; ``prefix`` runs it through another
-    command (``ip netns exec NAME``, which execs it: the PID stays the worker's)."""
+    command (``ip netns exec NAME``, which execs it: the PID stays the worker's); ``options``
+    go after the command's own."""
     if concurrency is None:
         concurrency = 4 if kind == "sync" else 500
     hostname = hostname or f"{kind}-{uuid.uuid4().hex[:8]}@localhost"
@@ -215,6 +220,7 @@ def start_worker(
     ]
     if tools:
         command += ["--tools", ",".join(tools)]
+    command += options
     log_fd, log_name = tempfile.mkstemp(prefix=f"toolfleet-{kind}-worker-", suffix=".log")
     try:
         process = subprocess.Popen(
@@ -228,6 +234,9 @@ def start_worker(
         )
     finally:
         os.close(log_fd)
+    # The worker and its pool end with this process however it ends (Ctrl-C on pytest -n 3,
+    # a SIGKILLed test run): the embedded fleet's reaper kills the group if stop() never ran.
+    reap_with_this_process(process.pid)
     settings_env = {k: v for k, v in full_env.items() if k.startswith("TOOLFLEET_")}
     app = create_app(Settings.from_env(settings_env))
     worker = WorkerProcess(kind, hostname, process, Path(log_name), app)

@@ -21,7 +21,7 @@ import pytest
 
 from tests.support.fleet import WorkerProcess
 from tests.support.waiting import until
-from toolfleet.embedded.processes import free_port
+from toolfleet.embedded.processes import free_port, reap_with_this_process, release_group
 from toolfleet.schemas.redis_url import sync_client
 from toolfleet.schemas.settings import Settings
 from toolfleet.workers.app_info import redis_url_from
@@ -89,7 +89,11 @@ def start_flower(
             stdout=log_file,
             stderr=subprocess.STDOUT,
             env=full_env,
+            start_new_session=True,  # a group of its own, for the reaper below
         )
+    # Flower ends with this process however it ends (Ctrl-C, SIGKILL): the embedded fleet's
+    # reaper kills its group if stop_flower() never ran.
+    reap_with_this_process(proc.pid)
     flower = FlowerProcess(proc, port, log_path)
 
     def healthy() -> bool:
@@ -122,6 +126,7 @@ def stop_flower(flower: FlowerProcess) -> None:
         except subprocess.TimeoutExpired:
             os.kill(flower.proc.pid, signal.SIGKILL)
             flower.proc.wait(timeout=5)
+    release_group(flower.proc.pid)
 
 
 def flower_fixture() -> Any:

@@ -44,12 +44,20 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
-from langchain_core.messages import AIMessage, AnyMessage, ToolCall, ToolMessage
-from langchain_core.runnables.config import RunnableConfig
-from langchain_core.tools import BaseTool, StructuredTool, ToolException
-from langgraph.prebuilt.tool_node import INVALID_TOOL_NAME_ERROR_TEMPLATE, ToolNode
-from langgraph.prebuilt.tool_node import msg_content_output as content_of
 from pydantic import BaseModel
+
+from toolfleet.schemas.errors import ConfigurationError
+
+try:
+    from langchain_core.messages import AIMessage, AnyMessage, ToolCall, ToolMessage
+    from langchain_core.runnables.config import RunnableConfig
+    from langchain_core.tools import BaseTool, StructuredTool, ToolException
+    from langgraph.prebuilt.tool_node import INVALID_TOOL_NAME_ERROR_TEMPLATE, ToolNode
+    from langgraph.prebuilt.tool_node import msg_content_output as content_of
+except ImportError as exc:  # pragma: no cover - the extra is part of the test install
+    raise ConfigurationError(
+        f"LangGraph is not installed ({exc}); pip install 'toolfleet[langgraph]'"
+    ) from exc
 
 from toolfleet.adapters._turns import Conversations, TurnBatcher, fleet_tool, run_blocking
 from toolfleet.dispatcher.branch import Branch

@@ -24,9 +24,17 @@ from dataclasses import dataclass
 from typing import Any
 
 import anyio
-import mcp_types as types
-from mcp.server.lowlevel import Server
 from pydantic import TypeAdapter, ValidationError
+
+from toolfleet.schemas.errors import ConfigurationError
+
+try:
+    import mcp_types as types
+    from mcp.server.lowlevel import Server
+except ImportError as exc:  # pragma: no cover - the extra is part of the test install
+    raise ConfigurationError(
+        f"the MCP SDK is not installed ({exc}); pip install 'toolfleet[mcp]'"
+    ) from exc
 
 from toolfleet.dispatcher.batch.units import DENIED_OUTPUT_ERROR
 from toolfleet.dispatcher.branch import Branch

@@ -43,11 +43,19 @@ from typing import Any, Literal
 
 import pydantic_core
 from pydantic import TypeAdapter
-from pydantic_ai import RunContext
-from pydantic_ai import Tool as PydanticAITool
-from pydantic_ai.tools import ToolDefinition
-from pydantic_ai.toolsets import AbstractToolset, ToolsetTool
-from pydantic_ai.toolsets.abstract import SchemaValidatorProt
+
+from toolfleet.schemas.errors import ConfigurationError
+
+try:
+    from pydantic_ai import RunContext
+    from pydantic_ai import Tool as PydanticAITool
+    from pydantic_ai.tools import ToolDefinition
+    from pydantic_ai.toolsets import AbstractToolset, ToolsetTool
+    from pydantic_ai.toolsets.abstract import SchemaValidatorProt
+except ImportError as exc:  # pragma: no cover - the extra is part of the test install
+    raise ConfigurationError(
+        f"Pydantic AI is not installed ({exc}); pip install 'toolfleet[pydantic-ai]'"
+    ) from exc
 
 from toolfleet.adapters._turns import Conversations, TurnBatcher
 from toolfleet.adapters._turns import fleet_tool as registered_tool

@@ -90,7 +90,8 @@ def _fleet_settings(*, start_saved: bool) -> Iterator[tuple[Settings, str]]:
     if not start_saved:
         raise ConfigurationError(
             f"no fleet to inspect: {ENV_PREFIX}BROKER_URL is unset and no embedded fleet is "
-            f"running; set {ENV_PREFIX}BROKER_URL=redis://host:6379/0 (or run `toolfleet demo`)"
+            f"running; set {ENV_PREFIX}BROKER_URL=redis://host:6379/0, or run this while a "
+            f"`toolfleet run`, `demo` or `mcp` runs (its embedded fleet stops when it ends)"
         )
     home = run_dir(settings)
     reader_dir = home / "run" / f"reader-{os.getpid()}"
@@ -256,7 +257,10 @@ def _status(args: argparse.Namespace) -> int:
         status = fleet_status(settings, timeout_s=args.timeout)
     status["broker"] = masked_url(str(settings.broker_url))
     status["source"] = source
-    warning = persistence_warning(status["topology"]["persistence"], status["broker"])
+    # An embedded fleet's Redis is toolfleet's own, saved when it stops: nothing to set.
+    warning = None
+    if source == ENV_PREFIX + "BROKER_URL":
+        warning = persistence_warning(status["topology"]["persistence"], status["broker"])
     status["warnings"] = [warning] if warning else []
     if args.json:
         print(json.dumps(status))
@@ -267,7 +271,7 @@ def _status(args: argparse.Namespace) -> int:
     if "sentinels" in status["topology"]:
         out.print(_sentinel_table(status["topology"]["sentinels"]))
     for line in status["warnings"]:
-        out.print(f"[yellow]{line}[/]", highlight=False)
+        out.print(f"[yellow]{line}[/]", highlight=False, soft_wrap=True)  # one line
     workers = Table(title=f"workers online: {len(status['workers'])}", header_style="bold")
     for column in ("worker", "running calls", "tasks"):
         workers.add_column(column)

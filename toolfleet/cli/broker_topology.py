@@ -75,26 +75,25 @@ def _mode(appendonly: bool, appendfsync: str | None, snapshots: bool) -> str:
 
 
 def persistence_warning(found: dict[str, Any], broker: str) -> str | None:
-    """One line when the broker would lose data on a restart, or cannot say; None when it
-    keeps an append-only file."""
+    """One short line when the broker would lose data on a restart, or cannot say; None
+    when it keeps an append-only file."""
     mode = found["mode"]
     if mode.startswith("aof") and mode != "aof-no":
         return None
-    if mode == "aof-no":
-        what = "an append-only file the OS flushes when it likes (appendfsync no)"
-    elif mode == "rdb":
-        what = f"snapshots only (save {found['save']!r}): a restart loses the writes since the last"
-    elif mode == "none":
-        what = "no persistence (appendonly no, no save points): a restart loses everything"
-    else:
+    if mode == "unknown":
+        why = found["note"].lstrip("; ")
         return (
-            f"toolfleet: cannot tell whether the broker {broker} persists its data "
-            f"({found['note'].lstrip('; ')}); make sure it runs with appendonly yes — see {_DOC}"
+            f"toolfleet: cannot tell whether the broker {broker} persists its data ({why}); "
+            f"it should run with appendonly yes ({_DOC})"
         )
+    what = {
+        "aof-no": "an append-only file it never fsyncs",
+        "rdb": f"only snapshots (save {found['save']!r})",
+        "none": "no persistence",
+    }[mode]
     return (
-        f"toolfleet: the broker {broker} has {what}; calls queued or running and history not "
-        f"yet read are lost with it. Set appendonly yes (appendfsync always or everysec) — "
-        f"see {_DOC}"
+        f"toolfleet: the broker {broker} has {what}: a restart loses queued calls and "
+        f"history; set appendonly yes ({_DOC})"
     )
 
 

@@ -34,6 +34,18 @@ STATE_FILE_NAME = "flower-state.db"
 _STATE_SAVE_INTERVAL_MS = 60_000
 _LOOPBACK = {"127.0.0.1", "::1", "localhost"}
 
+_EPILOG = """\
+Examples:
+  toolfleet flower                                   # http://127.0.0.1:5555
+  toolfleet flower --basic-auth admin:CHANGE-ME --port 5556
+  FLOWER_BASIC_AUTH=admin:CHANGE-ME toolfleet flower --address 0.0.0.0
+  toolfleet flower --no-persistent                   # forget the task list at exit
+
+Flower lists the calls made while a Flower watched (workers send task events only then),
+kept across restarts in its state file; `toolfleet history BRANCH_ID` shows every call of a
+branch. Exit codes: 0 stopped; 2 a bad option, a busy port or a broker that does not answer.
+"""
+
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     """Add ``toolfleet flower`` to the ``toolfleet`` parser."""
@@ -47,6 +59,8 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
             "/metrics and /healthcheck are always open. Any FLOWER_* environment variable "
             "(e.g. FLOWER_BASIC_AUTH=user:password) is applied too."
         ),
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--port", type=int, default=5555, help="HTTP port (default 5555)")
     parser.add_argument(

@@ -43,7 +43,9 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         epilog=_HISTORY_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    history.add_argument("branch_id", metavar="BRANCH_ID")
+    history.add_argument(
+        "branch_id", metavar="BRANCH_ID", help="the branch id `toolfleet run` printed"
+    )
     history.add_argument(
         "--json", action="store_true", help="print {branch_id, messages, events} as JSON"
     )

@@ -51,7 +51,8 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_tools_option(parser)
-    parser.add_argument("--transport", choices=("stdio", "http"), default="stdio")
+    transport = "stdio (default): the client's pipes; http: Streamable HTTP at HOST:PORT/mcp"
+    parser.add_argument("--transport", choices=("stdio", "http"), default="stdio", help=transport)
     parser.add_argument(
         "--host", default="127.0.0.1", help="HTTP: address to bind (default 127.0.0.1)"
     )

@@ -42,7 +42,9 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("branch_id", metavar="BRANCH_ID")
+    parser.add_argument(
+        "branch_id", metavar="BRANCH_ID", help="the branch whose open batch to complete"
+    )
     parser.add_argument(
         "--wait-s",
         type=float,

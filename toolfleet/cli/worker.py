@@ -98,6 +98,13 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         default=None,
         help="worker node name (default: <kind>@<host>.<pid>; %%h = host name)",
     )
+    parser.add_argument(
+        "--task-events",
+        "-E",
+        action="store_true",
+        help=f"send task events always, as {ENV_PREFIX}TASK_EVENTS=always (default: only "
+        "while a monitor such as `toolfleet flower` watches)",
+    )
     parser.set_defaults(func=_main)
 
 
@@ -105,6 +112,8 @@ def _main(args: argparse.Namespace) -> int:
     overrides: dict[str, Any] = {}
     if args.tools is not None:
         overrides["tools"] = tuple(t.strip() for t in args.tools.split(",") if t.strip())
+    if args.task_events:
+        overrides["task_events"] = "always"
     settings = Settings.from_env(**overrides)
     if settings.broker_url is None:
         print(

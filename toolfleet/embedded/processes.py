@@ -25,6 +25,8 @@ __all__ = [
     "free_port",
     "log_tail",
     "raise_system_exit",
+    "reap_with_this_process",
+    "release_group",
     "signals_ignored",
     "spawn",
     "stop_group",
@@ -90,6 +92,18 @@ def _reaper_send(line: str) -> None:
     _reaper.send(line)
 
 
+def reap_with_this_process(pgid: int) -> None:
+    """Have the reaper SIGKILL process group ``pgid`` if this process ends, however it ends
+    (SIGKILL included), before :func:`release_group` says the group was stopped. For a child
+    started in a session of its own (``start_new_session=True``), from any thread."""
+    _reaper_send(f"+{pgid}")
+
+
+def release_group(pgid: int) -> None:
+    """The group ``pgid`` was stopped: the reaper forgets it (its id may be reused)."""
+    _reaper_send(f"-{pgid}")
+
+
 def spawn(argv: Sequence[str], *, log: IO[bytes], env: dict[str, str]) -> subprocess.Popen[bytes]:
     preexec = _die_with_parent if sys.platform.startswith("linux") else os.setsid
     proc = subprocess.Popen(
@@ -100,7 +114,7 @@ def spawn(argv: Sequence[str], *, log: IO[bytes], env: dict[str, str]) -> subpro
         env=env,
         preexec_fn=preexec,
     )
-    _reaper_send(f"+{proc.pid}")
+    reap_with_this_process(proc.pid)
     return proc
 
 
@@ -118,7 +132,7 @@ def stop_group(proc: subprocess.Popen[bytes], *, grace_s: float) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=grace_s)
-    _reaper_send(f"-{proc.pid}")
+    release_group(proc.pid)
 
 
 def free_port() -> int:

@@ -221,6 +221,15 @@ class EmbeddedRedis:
         finally:
             client.close()
 
+    def wait(self, timeout_s: float) -> int | None:
+        """The server's exit code once it has exited, or None if it still runs after
+        ``timeout_s`` (or was never started)."""
+        if self._proc is None:
+            return None
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            return self._proc.wait(timeout=timeout_s)
+        return None
+
     def kill(self) -> None:
         """SIGKILL the server, as a crash would (no save, no shutdown), then as ``stop()``."""
         if self._proc is not None:
