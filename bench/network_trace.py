@@ -54,9 +54,10 @@ def trace_calls(
 
     ``call_one`` returns the call's latency as the caller timed it (a list of one float), so
     what the caller does after it (Celery's ``forget()``) is not on the path. Returns the
-    median number of round trips on the critical path, each call's count, the commands per
-    call (up to the caller's return, and in all), and the waves of the call whose count is the
-    median. ``caller`` names the calling process in the labels ("dispatcher").
+    fewest round trips on a call's critical path and each call's count, the median commands
+    per call (up to the caller's return, and in all), the waves of a call with the fewest, and
+    of one with the most when they differ. ``caller`` names the calling process in the labels
+    ("dispatcher").
     """
     delay_s = delay_ms / 1000
     proxy.set_delay(delay_ms)
@@ -87,11 +88,11 @@ def trace_calls(
     idle = {_signature(c) for c in seen if c["time"] < idle_until}
     traced = [_waves(seen, start, end, delay_s, labels, idle) for start, end in windows]
     on_path = [sum(1 for w in waves if w["on_path"]) for waves in traced]
-    median = statistics.median_low(on_path)
-    example = traced[on_path.index(median)]
+    fewest, most = on_path.index(min(on_path)), on_path.index(max(on_path))
     return {
         "trace_delay_ms": delay_ms,
-        "round_trips_on_path": median,
+        # The steps every call takes; a call may take more (a cached read gone stale).
+        "round_trips_on_path": on_path[fewest],
         "round_trips_each_call": on_path,
         "commands_on_path": statistics.median(
             sum(len(w["commands"]) for w in waves if w["on_path"]) for waves in traced
@@ -99,7 +100,8 @@ def trace_calls(
         "commands_in_all": statistics.median(
             sum(len(w["commands"]) for w in waves) for waves in traced
         ),
-        "waves": example,
+        "waves": traced[fewest],
+        **({"waves_of_the_longest": traced[most]} if on_path[most] > on_path[fewest] else {}),
     }
 
 
