@@ -57,9 +57,9 @@ PINGS = 50
 WARM_CALLS = 5
 ASYNC_CONCURRENCY = 10
 CALL_TIMEOUT_S = 120.0
-# The same name as bench.workloads.RELIABLE (imported there from here would be a cycle).
+# bench.workloads.RELIABLE's name (importing it would be a cycle: workloads imports this).
 RELIABLE = "acks-late-prefetch-1"
-# (tool kind, target ratio) lines: at 1 ms each way, toolfleet's sync echo against raw Celery.
+# toolfleet's sync echo at 1 ms each way: (percentile, the most it may be as a ratio to Celery).
 TARGET_DELAY_MS = 1.0
 TARGETS = ((50, 0.8), (99, 1.0))
 
@@ -112,6 +112,8 @@ def measure(
 ) -> list[Result]:
     """Each group's line per delay and its trace line (``trace_n`` 0: none), with ratios."""
     results: list[Result] = []
+    if not groups:
+        return results
     with private_server() as (server, _):
         for group in groups:
             try:
@@ -265,7 +267,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         delays = [float(d) for d in args.delays.split(",")]
     except ValueError:
-        parser.error(f"--delays {args.delays!r}: give milliseconds each way, e.g. 0,0.5,1,5")
+        delays = [-1.0]
+    if any(d < 0 for d in delays):
+        parser.error(f"--delays {args.delays!r}: give milliseconds each way, >= 0, e.g. 0,0.5,1,5")
     groups = [
         g
         for g in GROUPS
