@@ -18,7 +18,7 @@ import redis
 
 from bench.measure import Result, target_lines
 from bench.sizes import FULL, QUICK
-from bench.workloads import MODES, WORKLOADS, Context
+from bench.workloads import DEFAULT_WORKLOADS, MODES, WORKLOADS, Context
 
 __all__ = ["main"]
 
@@ -36,7 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--only", action="append", choices=sorted(WORKLOADS), metavar="WORKLOAD",
-        help=f"run only this workload (repeatable): {', '.join(WORKLOADS)}",
+        help=f"run only this workload (repeatable): {', '.join(WORKLOADS)}; all but "
+        f"{', '.join(sorted(set(WORKLOADS) - set(DEFAULT_WORKLOADS)))} run by default",
     )  # fmt: skip
     parser.add_argument(
         "--mode", action="append", choices=MODES, metavar="MODE",
@@ -112,7 +113,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         file=sys.stderr,
     )
     try:
-        for name in args.only or list(WORKLOADS):
+        for name in args.only or list(DEFAULT_WORKLOADS):
             try:
                 for result in WORKLOADS[name](ctx):
                     ctx.emit(result)

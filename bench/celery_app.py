@@ -15,10 +15,11 @@ from celery import Celery
 
 from bench import tools
 
-__all__ = ["ECHO", "QUEUE", "SLEEP_ASYNC", "SLEEP_SYNC", "make_app"]
+__all__ = ["ECHO", "ECHO_ASYNC", "QUEUE", "SLEEP_ASYNC", "SLEEP_SYNC", "make_app"]
 
 QUEUE = "bench.raw"
 ECHO = "bench.echo"
+ECHO_ASYNC = "bench.echo_async"
 SLEEP_SYNC = "bench.sleep_sync"
 SLEEP_ASYNC = "bench.sleep_async"
 
@@ -75,6 +76,10 @@ def make_app(broker_url: str, profile: str | None = None) -> Celery:
     @app.task(name=ECHO, shared=False)
     def echo(value: Any) -> Any:
         return tools.echo(value)
+
+    @app.task(name=ECHO_ASYNC, shared=False)
+    def echo_async(value: Any) -> Any:
+        return _thread_loop().run_until_complete(tools.echo_async(value))
 
     @app.task(name=SLEEP_SYNC, shared=False)
     def sleep_sync(seconds: float) -> float:

@@ -22,6 +22,9 @@ class Sizes:
     # Sequential echoes counted by the roundtrips workload (commands per call).
     roundtrip_calls: int = 200
     echo_workers: int = 2
+    # Sequential calls per delay of the network workload; at the slowest delay, fewer.
+    network_calls: int = 200
+    network_slow_calls: int = 50
 
 
 FULL = Sizes(
@@ -45,4 +48,6 @@ QUICK = Sizes(
     latency_calls=50,
     rss_calls=(1_000, 5_000),
     roundtrip_calls=50,
+    network_calls=20,
+    network_slow_calls=10,
 )

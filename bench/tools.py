@@ -6,11 +6,16 @@ import asyncio
 import time
 from typing import Any
 
-__all__ = ["TOOLS", "echo", "sleep_async", "sleep_sync"]
+__all__ = ["TOOLS", "echo", "echo_async", "sleep_async", "sleep_sync"]
 
 
 def echo(value: Any) -> Any:
     """Trivial call: measures pure per-call overhead."""
+    return value
+
+
+async def echo_async(value: Any) -> Any:
+    """Trivial coroutine: the per-call overhead of an async tool (the network workload)."""
     return value
 
 
@@ -26,4 +31,4 @@ async def sleep_async(seconds: float) -> float:
     return seconds
 
 
-TOOLS = [echo, sleep_sync, sleep_async]
+TOOLS = [echo, echo_async, sleep_sync, sleep_async]

@@ -8,7 +8,16 @@ import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from bench import agent_loops, fleet, inprocess, lionagi_mode, progress, roundtrips, tools
+from bench import (
+    agent_loops,
+    fleet,
+    inprocess,
+    lionagi_mode,
+    network,
+    progress,
+    roundtrips,
+    tools,
+)
 from bench.agent_openai_agents import run as agent_openai_agents
 from bench.celery_app import ECHO, SLEEP_ASYNC, SLEEP_SYNC
 from bench.measure import Result, percentile
@@ -17,7 +26,7 @@ from bench.raw_celery import RawCelery
 from bench.raw_celery import worker as raw_worker
 from bench.sizes import Sizes
 
-__all__ = ["MODES", "WORKLOADS", "Context"]
+__all__ = ["DEFAULT_WORKLOADS", "MODES", "WORKLOADS", "Context"]
 
 MODES = ("inprocess", "celery", "toolfleet", "toolfleet-batched", "toolfleet-auto", "lionagi")
 # A batch that has not finished by then is reported as an error line, and the run goes on.
@@ -474,4 +483,10 @@ WORKLOADS: dict[str, Callable[[Context], Iterable[Result]]] = {
     # A framework's own tool execution vs its adapter on the fleet (bench/agent_loops.py).
     "agent-langgraph": agent_loops.workload("langgraph"),
     "agent-pydantic-ai": agent_loops.workload("pydantic-ai"),
+    # One call at a time through a delaying proxy, in round trips (bench/network.py).
+    "network": network.run,
 }
+
+# What a bare `python -m bench` runs: all but the network workload, which starts six more
+# workers and runs about 3 minutes at full size; it is asked for with --only network.
+DEFAULT_WORKLOADS = tuple(name for name in WORKLOADS if name != "network")
