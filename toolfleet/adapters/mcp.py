@@ -21,13 +21,14 @@ import logging
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import mcp_types as types
 from mcp.server.lowlevel import Server
 from pydantic import TypeAdapter, ValidationError
 
+from toolfleet.adapters.mcp_tasks import FleetTasks
 from toolfleet.dispatcher.batch.units import DENIED_OUTPUT_ERROR
 from toolfleet.dispatcher.branch import Branch
 from toolfleet.dispatcher.fleet import Fleet
@@ -71,6 +72,8 @@ class FleetMcpServer:
         gates: Sequence[Gate] = (),
         call_params: CallParams | None = None,
         name: str = "toolfleet",
+        tasks: bool = True,
+        task_ttl_ms: int | None = None,
     ) -> None:
         self.fleet = fleet
         self.call_params = call_params
@@ -84,8 +87,13 @@ class FleetMcpServer:
             name,
             instructions="Each tool runs as a call on a toolfleet fleet of Celery workers.",
             on_list_tools=self._list_tools,
-            on_call_tool=self._call_tool,
+            # Any: a task is a claimed result (resultType "task"), outside the SDK's union.
+            on_call_tool=cast(Any, self._call_tool),
         )
+        # The tasks extension (toolfleet.adapters.mcp_tasks): for clients that declare it.
+        self.tasks = FleetTasks(fleet, self._render_for, ttl_ms=task_ttl_ms) if tasks else None
+        if self.tasks is not None:
+            self.tasks.install(self.server)
 
     def branch_for(self, ctx: Any) -> Branch:
         """The branch of the MCP session ``ctx`` belongs to (created on its first call).
@@ -135,13 +143,15 @@ class FleetMcpServer:
 
     async def _call_tool(
         self, ctx: Any, params: types.CallToolRequestParams
-    ) -> types.CallToolResult:
+    ) -> types.CallToolResult | dict[str, Any]:
         branch = self.branch_for(ctx)
         if params.name not in self.fleet.registry:
             known = ", ".join(self.fleet.registry.names()) or "none"
             return _error_result(
                 f"unknown tool {params.name!r}; this server's tools are: {known}", branch, None
             )
+        if self.tasks is not None and self.tasks.declared(ctx):
+            return await self.tasks.create(ctx, branch, params, self.call_params)
         request = {"function": params.name, "arguments": dict(params.arguments or {})}
         act = asyncio.ensure_future(
             branch.act([request], call_params=self.call_params, on_progress=_progress_to(ctx))
@@ -157,7 +167,14 @@ class FleetMcpServer:
             raise
         return self._render(result, branch)
 
-    def _render(self, result: ActionResponseModel, branch: Branch) -> types.CallToolResult:
+    def _render_for(self, result: ActionResponseModel, branch_id: str) -> types.CallToolResult:
+        """:meth:`_render` for a call of the branch ``branch_id`` (a task's, read back)."""
+        branch = self.session.branches.get(branch_id)
+        return self._render(result, branch if branch is not None else _BranchRef(branch_id))
+
+    def _render(
+        self, result: ActionResponseModel, branch: Branch | _BranchRef
+    ) -> types.CallToolResult:
         call_id = str(result.call_id) if result.call_id else None
         if result.status is EventStatus.COMPLETED:
             output = result.output
@@ -207,6 +224,14 @@ class FleetMcpServer:
         return _error_result(
             f"tool {result.function!r} {result.status.value}: {result.error}", branch, call_id
         )
+
+
+@dataclass(frozen=True)
+class _BranchRef:
+    """A branch known by its id only (a task's, read back by another process)."""
+
+    id: str
+    signals: tuple[Any, ...] = ()
 
 
 def _progress_to(ctx: Any) -> ProgressCallback | None:
@@ -309,14 +334,16 @@ def _text(output: Any) -> str:
         return repr(output)
 
 
-def _meta(branch: Branch, call_id: str | None) -> dict[str, Any]:
+def _meta(branch: Branch | _BranchRef, call_id: str | None) -> dict[str, Any]:
     meta: dict[str, Any] = {BRANCH_META_KEY: branch.id}
     if call_id:
         meta[CALL_META_KEY] = call_id
     return meta
 
 
-def _error_result(text: str, branch: Branch, call_id: str | None) -> types.CallToolResult:
+def _error_result(
+    text: str, branch: Branch | _BranchRef, call_id: str | None
+) -> types.CallToolResult:
     return types.CallToolResult(
         content=[types.TextContent(type="text", text=text)],
         is_error=True,

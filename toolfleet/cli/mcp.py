@@ -74,6 +74,9 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     parser.add_argument(
         "--timeout-s", type=float, default=None, help="per-call timeout (default: the tool's)"
     )
+    parser.add_argument(
+        "--task-ttl-s", type=float, help="MCP Tasks: how long a task is kept (default a day)"
+    )
     parser.set_defaults(func=_main)
 
 
@@ -154,6 +157,7 @@ def _serve_command(args: argparse.Namespace) -> int:
                     gates=gates,
                     call_params=params,
                     protocol=protocol,
+                    task_ttl_ms=round(args.task_ttl_s * 1000) if args.task_ttl_s else None,
                 )
             )
         except KeyboardInterrupt:
@@ -188,15 +192,16 @@ async def _serve(
     gates: Sequence[Any],
     call_params: CallParams | None,
     protocol: _ProtocolStdio | None = None,
+    task_ttl_ms: int | None = None,
 ) -> None:
     from toolfleet.adapters.mcp import FleetMcpServer
     from toolfleet.dispatcher.fleet import Fleet
 
     fleet = Fleet(settings)
     stop = _Stop()
+    bridge = FleetMcpServer(fleet, gates=gates, call_params=call_params, task_ttl_ms=task_ttl_ms)
     with _on_stop_signals(stop):
         try:
-            bridge = FleetMcpServer(fleet, gates=gates, call_params=call_params)
             server = bridge.server
             if transport == "stdio":
                 import anyio
@@ -210,6 +215,8 @@ async def _serve(
             else:
                 await _serve_http(server, host, port, token, stop)
         finally:
+            if bridge.tasks is not None:
+                await bridge.tasks.aclose()
             await fleet.aclose()
     if stop.signals:
         print(
@@ -388,9 +395,6 @@ def _token(args: argparse.Namespace) -> str | None:
 
 
 def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+    with contextlib.suppress(ValueError):  # not an address, nor localhost: not loopback
+        return host == "localhost" or ipaddress.ip_address(host).is_loopback
+    return False

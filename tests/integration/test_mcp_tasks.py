@@ -1,0 +1,184 @@
+"""MCP Tasks on the fleet, with FastMCP's own client (``fastmcp`` + ``fastmcp-tasks``): a call
+becomes a task, polled to its end on another ``toolfleet mcp`` replica, approved through
+``input_required``, its progress read as ``statusMessage``, cancelled; the creating replica
+SIGKILLed midway loses nothing. Real workers, real Redis, real server processes."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import fastmcp_tasks
+import pytest
+from fastmcp import Client
+
+from tests.support.fleet import private_workers
+from tests.support.mcp_servers import http_replica
+from tests.support.waiting import until_async
+from toolfleet.schemas.settings import Settings
+
+TOOLS = ("tests.support.sample_tools", "tests.support.task_tools")
+TOKEN = f"token-{uuid.uuid4().hex}"
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def tasks_fleet(fleet_settings: Settings, redis_url: str) -> Iterator[dict[str, str]]:
+    with private_workers(
+        redis_url, "mcptasks", tools=TOOLS, concurrency={"sync": 2, "async": 20}
+    ) as env:
+        yield env
+
+
+@pytest.fixture(scope="module")
+def replicas(
+    tasks_fleet: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[list[tuple[str, Any]]]:
+    """Two HTTP replicas of one fleet, the same token, no sticky routing between them."""
+    logs = tmp_path_factory.mktemp("replicas")
+    token_env = {"TEST_TOKEN": TOKEN}
+    with (
+        http_replica(
+            tasks_fleet, TOOLS, logs / "a.log", "--token-env", "TEST_TOKEN", **token_env
+        ) as first,
+        http_replica(
+            tasks_fleet, TOOLS, logs / "b.log", "--token-env", "TEST_TOKEN", **token_env
+        ) as second,
+    ):
+        yield [first, second]
+
+
+def _client(url: str, **kwargs: Any) -> Client[Any]:
+    return Client(url, auth=TOKEN, timeout=60, **kwargs)
+
+
+def test_a_task_created_on_one_replica_is_polled_to_its_result_on_the_other(
+    replicas: list[tuple[str, Any]], tmp_path: Path
+) -> None:
+    (url_a, _), (url_b, _) = replicas
+    gate = tmp_path / "gate"
+
+    async def main() -> tuple[Any, Any, Any]:
+        async with _client(url_a) as a, _client(url_b) as b:
+            task = await fastmcp_tasks.call_tool_task(
+                a, "slow_steps", {"gate": str(gate), "steps": 3}
+            )
+            on_b = fastmcp_tasks.ToolTask(b, "slow_steps", task.create_result)
+
+            async def progressed() -> Any:
+                status = await on_b.status()
+                return status if status.status_message == "3/3: step 3 of 3" else None
+
+            working = await until_async(progressed, timeout_s=30, what="progress on replica b")
+            gate.touch()
+            done = await on_b.wait(timeout=30)
+            return task.create_result, working, done
+
+    created, working, done = asyncio.run(main())
+    assert created.status == "working" and created.result_type == "task"
+    assert len(created.task_id) >= 40  # 256 random bits, URL-safe
+    assert working.status == "working"
+    assert done.status == "completed"
+    assert done.result["content"][0]["text"] == "done after 3 steps"
+    assert done.result["isError"] is False
+
+
+def test_a_tool_error_is_a_completed_task_with_is_error(
+    replicas: list[tuple[str, Any]],
+) -> None:
+    (url_a, _), _ = replicas
+
+    async def main() -> Any:
+        async with _client(url_a) as a:
+            task = await fastmcp_tasks.call_tool_task(a, "failing_tool", {"why": "no disk"})
+            return await task.wait(timeout=30)
+
+    done = asyncio.run(main())
+    assert done.status == "completed"
+    assert done.result["isError"] is True
+    assert "no disk" in done.result["content"][0]["text"]
+
+
+def test_call_tool_drives_the_task_and_approves_through_elicitation(
+    replicas: list[tuple[str, Any]],
+) -> None:
+    (url_a, _), _ = replicas
+    asked: list[str] = []
+
+    async def approve(message: str, response_type: Any, params: Any, context: Any) -> Any:
+        asked.append(message)
+        return {"approve": True, "reason": "fine"}
+
+    async def main() -> Any:
+        async with _client(url_a, elicitation_handler=approve) as a:
+            return await a.call_tool("approved_refund", {"amount": 7})
+
+    result = asyncio.run(main())
+    assert result.content[0].text == "refunded 7"
+    assert len(asked) == 1 and "approved_refund" in asked[0]
+
+
+def test_sigkill_of_the_creating_replica_loses_nothing(
+    tasks_fleet: dict[str, str], replicas: list[tuple[str, Any]], tmp_path: Path
+) -> None:
+    """Created on a replica of its own, which is SIGKILLed while the call waits for approval:
+    the other replica shows input_required, takes the approval, enqueues the call and gives
+    its progress and result."""
+    (url_b, _) = replicas[1]
+    gate = tmp_path / "gate"
+
+    async def main(url_a: str, process: Any) -> tuple[Any, Any, Any]:
+        async with _client(url_a) as a:
+            task = await fastmcp_tasks.call_tool_task(a, "approved_refund", {"amount": 9})
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=30)
+        async with _client(url_b) as b:
+            on_b = fastmcp_tasks.ToolTask(b, "approved_refund", task.create_result)
+            parked = await on_b.wait(state="input_required", timeout=30)
+            (key,) = parked.input_requests
+            await fastmcp_tasks.client._send_update(
+                b.session, task.task_id, {key: {"action": "accept", "content": {"approve": True}}}
+            )
+            done = await on_b.wait(timeout=30)
+            return task.create_result, parked, done
+
+    token_env = {"TEST_TOKEN": TOKEN}
+    with http_replica(
+        tasks_fleet, TOOLS, tmp_path / "c.log", "--token-env", "TEST_TOKEN", **token_env
+    ) as (url_c, process):
+        created, parked, done = asyncio.run(main(url_c, process))
+    assert process.returncode == -signal.SIGKILL
+    assert created.status == "working"
+    assert parked.status == "input_required"
+    (request,) = parked.input_requests.values()
+    assert request["method"] == "elicitation/create"
+    assert done.status == "completed", done
+    assert done.result["content"][0]["text"] == "refunded 9"
+    del gate
+
+
+def test_cancel_ends_a_running_task_as_cancelled_and_is_idempotent(
+    replicas: list[tuple[str, Any]], tmp_path: Path
+) -> None:
+    (url_a, _), (url_b, _) = replicas
+    gate = tmp_path / "never"
+
+    async def main() -> Any:
+        async with _client(url_a) as a, _client(url_b) as b:
+            task = await fastmcp_tasks.call_tool_task(a, "slow_steps", {"gate": str(gate)})
+            on_b = fastmcp_tasks.ToolTask(b, "slow_steps", task.create_result)
+
+            async def running() -> bool:
+                return (await on_b.status()).status_message is not None
+
+            await until_async(running, timeout_s=30, what="the call running")
+            await on_b.cancel()
+            await on_b.cancel()
+            return await task.wait(timeout=40)
+
+    done = asyncio.run(main())
+    assert done.status == "cancelled"
