@@ -24,7 +24,8 @@ import mcp_types as types
 import redis
 from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import MCPError
-from mcp_types.jsonrpc import INVALID_PARAMS, MISSING_REQUIRED_CLIENT_CAPABILITY
+from mcp.shared.inbound import decode_header_value
+from mcp_types.jsonrpc import HEADER_MISMATCH, INVALID_PARAMS, MISSING_REQUIRED_CLIENT_CAPABILITY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ConfigDict, Field
 
@@ -123,7 +124,7 @@ class FleetTasks:
             function=params.name,
             branch_id=branch.id,
             dispatcher_id=self.fleet.collector_id,
-            owner=owner_of(_credentials(ctx)),
+            owner=owner_of(_header(ctx, "authorization")),
             ttl_ms=self.ttl_ms,
         )
         request = {
@@ -238,7 +239,14 @@ class FleetTasks:
                 "_meta clientCapabilities.extensions",
                 data={"requiredCapabilities": {"extensions": {TASKS_EXTENSION: {}}}},
             )
-        record = await self.store.load(task_id, owner_of(_credentials(ctx)))
+        routed = _header(ctx, "mcp-name")
+        if routed is not None and decode_header_value(routed) != task_id:
+            raise MCPError(
+                code=HEADER_MISMATCH,
+                message="the Mcp-Name header must be the request's taskId (an intermediary "
+                "routes on it)",
+            )
+        record = await self.store.load(task_id, owner_of(_header(ctx, "authorization")))
         if record is None:
             raise MCPError(
                 code=INVALID_PARAMS,
@@ -338,13 +346,12 @@ def _progress_text(progress: CallProgress) -> str:
     return ": ".join(parts)[:1000] or "working"
 
 
-def _credentials(ctx: Any) -> str | None:
-    """The request's Authorization header (HTTP), None over stdio."""
+def _header(ctx: Any, name: str) -> str | None:
+    """The HTTP request's header ``name`` (the Authorization header binds a task to its
+    creator), None over stdio or when absent."""
     request = getattr(ctx, "request", None)
     headers = getattr(request, "headers", None)
-    if headers is None:
-        return None
-    value = headers.get("authorization")
+    value = headers.get(name) if headers is not None else None
     return str(value).strip() or None if value else None
 
 

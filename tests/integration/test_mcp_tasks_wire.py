@@ -1,0 +1,162 @@
+"""MCP Tasks to the letter of the ext-tasks specification, with a raw JSON-RPC client
+(tests/support/mcp_wire.py) against real ``toolfleet mcp --transport http`` processes and real
+workers: the result shapes, the error codes, an unknown or expired id, another caller's id, and
+a client without the extension, whose answer is the one a server without tasks gives."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.fleet import private_workers
+from tests.support.mcp_servers import http_replica
+from tests.support.mcp_wire import TASKS, WireClient
+from tests.support.waiting import until
+from toolfleet.schemas.settings import Settings
+
+TOOLS = ("tests.support.sample_tools", "tests.support.task_tools")
+TOKEN = f"token-{uuid.uuid4().hex}"
+OTHER_TOKEN = f"other-{uuid.uuid4().hex}"
+ISO = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$")
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def servers(
+    fleet_settings: Settings, redis_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, str]]:
+    """On one fleet: a server with tasks, one without, one with another token, one whose
+    tasks live a second."""
+    logs = tmp_path_factory.mktemp("wire")
+    env = {"TEST_TOKEN": TOKEN}
+    token = ("--token-env", "TEST_TOKEN")
+    with (
+        private_workers(
+            redis_url, "mcpwire", tools=TOOLS, concurrency={"sync": 2, "async": 10}
+        ) as fleet,
+        http_replica(fleet, TOOLS, logs / "tasks.log", *token, **env) as (tasks, _),
+        http_replica(fleet, TOOLS, logs / "plain.log", *token, "--no-tasks", **env) as (plain, _),
+        http_replica(fleet, TOOLS, logs / "other.log", *token, TEST_TOKEN=OTHER_TOKEN) as (
+            other,
+            _,
+        ),
+        http_replica(fleet, TOOLS, logs / "short.log", *token, "--task-ttl-s", "1", **env) as (
+            short,
+            _,
+        ),
+    ):
+        yield {"tasks": tasks, "plain": plain, "other": other, "short": short}
+
+
+def _ids_blanked(raw: bytes) -> str:
+    """The answer with its call's ids (which differ per call and per server) blanked."""
+    text = raw.decode()
+    return re.sub(r'("toolfleet/(?:branch_id|call_id)":\s*)"[^"]*"', r'\1"-"', text)
+
+
+def test_discover_advertises_the_extension(servers: dict[str, str]) -> None:
+    answer = WireClient(servers["tasks"], TOKEN).call("server/discover", {})
+    assert answer["result"]["capabilities"]["extensions"][TASKS] == {}
+
+
+def test_a_client_without_the_extension_gets_todays_answer_byte_for_byte(
+    servers: dict[str, str],
+) -> None:
+    """Same call, same bytes from a server offering tasks and one that does not (--no-tasks),
+    the call's ids aside; a failing tool too."""
+    for name, arguments in (("add", {"a": 2, "b": 3}), ("fail", {"message": "nope"})):
+        params = {"name": name, "arguments": arguments}
+        with_tasks = WireClient(servers["tasks"], TOKEN, declare_tasks=False).post(
+            "tools/call", params, request_id=7
+        )
+        without = WireClient(servers["plain"], TOKEN, declare_tasks=False).post(
+            "tools/call", params, request_id=7
+        )
+        assert _ids_blanked(with_tasks) == _ids_blanked(without)
+        assert b'"task"' not in with_tasks
+    result = json.loads(with_tasks)["result"]
+    assert result["isError"] is True and result["resultType"] == "complete"
+
+
+def test_a_declaring_client_gets_a_task_and_its_result_as_the_call_would_have(
+    servers: dict[str, str],
+) -> None:
+    client = WireClient(servers["tasks"], TOKEN)
+    created = client.call("tools/call", {"name": "add", "arguments": {"a": 2, "b": 3}})["result"]
+    assert created["resultType"] == "task"
+    assert created["status"] == "working"
+    assert len(created["taskId"]) >= 40
+    assert ISO.match(created["createdAt"]) and ISO.match(created["lastUpdatedAt"])
+    assert isinstance(created["ttlMs"], int) and created["pollIntervalMs"] > 0
+    task_id = created["taskId"]
+
+    def ended() -> dict[str, Any] | None:
+        got = client.call("tasks/get", {"taskId": task_id})["result"]
+        return got if got["status"] == "completed" else None
+
+    got = until(ended, timeout_s=30, what="the task completed")
+    assert got["resultType"] == "complete" and got["taskId"] == task_id
+    direct = WireClient(servers["plain"], TOKEN).call(
+        "tools/call", {"name": "add", "arguments": {"a": 2, "b": 3}}
+    )["result"]
+    assert got["result"]["content"] == direct["content"] == [{"type": "text", "text": "5"}]
+    assert got["result"]["isError"] is False
+    # An update with no outstanding key and a cancel of an ended task: acknowledged, no change.
+    update = {"taskId": task_id, "inputResponses": {"nothing": {"action": "accept"}}}
+    for method, params in (("tasks/update", update), ("tasks/cancel", {"taskId": task_id})):
+        ack = client.call(method, params)["result"]
+        assert ack["resultType"] == "complete" and set(ack) <= {"resultType", "_meta"}
+    assert client.call("tasks/get", {"taskId": task_id})["result"]["status"] == "completed"
+
+
+def test_unknown_ids_missing_capability_and_a_wrong_route_are_the_specified_errors(
+    servers: dict[str, str],
+) -> None:
+    client = WireClient(servers["tasks"], TOKEN)
+    for method in ("tasks/get", "tasks/update", "tasks/cancel"):
+        params: dict[str, Any] = {"taskId": "no-such-task"}
+        if method == "tasks/update":
+            params["inputResponses"] = {}
+        error = client.call(method, params)["error"]
+        assert error["code"] == -32602, (method, error)
+        undeclared = WireClient(servers["tasks"], TOKEN, declare_tasks=False)
+        error = undeclared.call(method, params)["error"]
+        assert error["code"] == -32021, (method, error)
+        assert error["data"] == {"requiredCapabilities": {"extensions": {TASKS: {}}}}
+    created = client.call("tools/call", {"name": "add", "arguments": {"a": 1, "b": 1}})
+    task_id = created["result"]["taskId"]
+    error = client.call("tasks/get", {"taskId": task_id}, name="another-task")["error"]
+    assert error["code"] == -32020
+
+
+def test_a_task_is_unknown_to_another_token_and_once_its_ttl_has_passed(
+    servers: dict[str, str], tmp_path: Path
+) -> None:
+    """The server with OTHER_TOKEN shares the fleet's Redis: the id is still unknown to it."""
+    mine = WireClient(servers["tasks"], TOKEN)
+    created = mine.call("tools/call", {"name": "add", "arguments": {"a": 1, "b": 2}})
+    task_id = created["result"]["taskId"]
+    theirs = WireClient(servers["other"], OTHER_TOKEN)
+    assert theirs.call("tasks/get", {"taskId": task_id})["error"]["code"] == -32602
+    assert theirs.call("tasks/cancel", {"taskId": task_id})["error"]["code"] == -32602
+    assert "result" in mine.call("tasks/get", {"taskId": task_id})
+
+    short = WireClient(servers["short"], TOKEN)
+    gate = tmp_path / "never"
+    created = short.call("tools/call", {"name": "slow_steps", "arguments": {"gate": str(gate)}})
+    assert created["result"]["ttlMs"] == 1000
+    task_id = created["result"]["taskId"]
+    started = time.monotonic()
+    until(
+        lambda: short.call("tasks/get", {"taskId": task_id}).get("error", {}).get("code") == -32602,
+        timeout_s=15,
+        what="the task expired",
+    )
+    assert time.monotonic() - started >= 0.5
