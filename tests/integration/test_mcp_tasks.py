@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +18,7 @@ import pytest
 from fastmcp import Client
 
 from tests.support.fleet import private_workers
-from tests.support.mcp_servers import http_replica
+from tests.support.mcp_servers import cli_command, http_replica, server_env
 from tests.support.waiting import until_async
 from toolfleet.schemas.settings import Settings
 
@@ -181,4 +182,83 @@ def test_cancel_ends_a_running_task_as_cancelled_and_is_idempotent(
             return await task.wait(timeout=40)
 
     done = asyncio.run(main())
+    assert done.status == "cancelled"
+
+
+def test_a_denial_through_input_required_is_the_model_readable_refusal(
+    replicas: list[tuple[str, Any]],
+) -> None:
+    (url_a, _), _ = replicas
+
+    async def deny(message: str, response_type: Any, params: Any, context: Any) -> Any:
+        return {"approve": False, "reason": "refunds need a ticket"}
+
+    async def main() -> Any:
+        async with _client(url_a, elicitation_handler=deny) as a:
+            return await a.call_tool("approved_refund", {"amount": 7}, raise_on_error=False)
+
+    result = asyncio.run(main())
+    assert result.is_error
+    assert "refunds need a ticket" in result.content[0].text
+
+
+def test_toolfleet_approve_decides_a_task_waiting_in_input_required(
+    tasks_fleet: dict[str, str], replicas: list[tuple[str, Any]]
+) -> None:
+    """The command line still decides a call whose task waits: the task goes on to its end."""
+    (url_a, _), _ = replicas
+
+    async def main() -> tuple[Any, Any]:
+        async with _client(url_a) as a:
+            task = await fastmcp_tasks.call_tool_task(a, "approved_refund", {"amount": 3})
+            parked = await task.wait(state="input_required", timeout=30)
+            (key,) = parked.input_requests
+            call_id = key.removeprefix("approval-")
+            approved = await asyncio.to_thread(
+                subprocess.run,
+                [*cli_command(), "approve", call_id, "--by", "ops"],
+                env=server_env(tasks_fleet),
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert approved.returncode == 0, approved.stderr
+            return parked, await task.wait(timeout=30)
+
+    parked, done = asyncio.run(main())
+    assert parked.status == "input_required"
+    assert done.status == "completed"
+    assert done.result["content"][0]["text"] == "refunded 3"
+
+
+def test_cancel_after_the_creating_replica_died_records_the_call_cancelled(
+    tasks_fleet: dict[str, str], replicas: list[tuple[str, Any]], tmp_path: Path
+) -> None:
+    """No act() is left to cancel: the replica asked records the call CANCELLED (C9) and the
+    async call is cancelled on its worker."""
+    (url_b, _) = replicas[1]
+    gate = tmp_path / "never"
+
+    async def main(url_c: str, process: Any) -> Any:
+        async with _client(url_c) as c:
+            task = await fastmcp_tasks.call_tool_task(c, "slow_steps", {"gate": str(gate)})
+
+            async def running() -> bool:
+                return (await task.status()).status_message is not None
+
+            await until_async(running, timeout_s=30, what="the call running")
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=30)
+        async with _client(url_b) as b:
+            on_b = fastmcp_tasks.ToolTask(b, "slow_steps", task.create_result)
+            await on_b.cancel()
+            await on_b.cancel()
+            # Within the dead replica's heartbeat TTL (15 s) and a poll.
+            return await on_b.wait(timeout=45)
+
+    token_env = {"TEST_TOKEN": TOKEN}
+    with http_replica(
+        tasks_fleet, TOOLS, tmp_path / "c.log", "--token-env", "TEST_TOKEN", **token_env
+    ) as (url_c, process):
+        done = asyncio.run(main(url_c, process))
     assert done.status == "cancelled"

@@ -15,7 +15,7 @@ from tests.support.fleet import REPO_ROOT
 from tests.support.waiting import until
 from toolfleet.embedded.processes import free_port
 
-__all__ = ["http_replica", "server_env"]
+__all__ = ["cli_command", "http_replica", "server_env"]
 
 
 def server_env(fleet_env: dict[str, str], **extra: str) -> dict[str, str]:
@@ -26,15 +26,19 @@ def server_env(fleet_env: dict[str, str], **extra: str) -> dict[str, str]:
     return env
 
 
+def cli_command() -> list[str]:
+    """How to run ``toolfleet`` from this interpreter's environment."""
+    script = Path(sys.executable).parent / "toolfleet"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "toolfleet.cli"]
+
+
 @contextmanager
 def http_replica(
     fleet_env: dict[str, str], tools: Sequence[str], log: Path, *extra: str, **env: str
 ) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     """One HTTP server of the fleet: (its /mcp url, its process)."""
-    script = Path(sys.executable).parent / "toolfleet"
-    command = [str(script)] if script.exists() else [sys.executable, "-m", "toolfleet.cli"]
     port = free_port()
-    argv = [*command, "mcp", *[a for m in tools for a in ("--tools", m)]]
+    argv = [*cli_command(), "mcp", *[a for m in tools for a in ("--tools", m)]]
     argv += ["--transport", "http", "--port", str(port), *extra]
     with log.open("wb") as sink:
         process = subprocess.Popen(

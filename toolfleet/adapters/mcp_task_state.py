@@ -13,6 +13,7 @@ a second copy is a no-op on the workers (C7).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import Callable
@@ -24,12 +25,20 @@ import mcp_types as types
 from toolfleet.adapters.mcp_task_store import TaskRecord, TaskStore
 from toolfleet.dispatcher.fleet import Fleet
 from toolfleet.dispatcher.history.recover_approvals import parked_calls, send_approved
+from toolfleet.dispatcher.watch.cancel import settle_calls
 from toolfleet.schemas.action import ActionResponseModel
 from toolfleet.schemas.approval import ApprovalRequest
 from toolfleet.schemas.status import EventStatus
-from toolfleet.schemas.wire import CallResult
+from toolfleet.schemas.wire import CallMessage, CallResult
 
-__all__ = ["POLL_INTERVAL_MS", "approval_key", "approval_request", "iso", "task_view"]
+__all__ = [
+    "POLL_INTERVAL_MS",
+    "approval_key",
+    "approval_request",
+    "cancel_orphan",
+    "iso",
+    "task_view",
+]
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +113,8 @@ async def task_view(
                 **({"statusMessage": message} if message else {}),
                 "inputRequests": {approval_key(record.call_id): approval_request(request)},
             }
+        if request.state == "expired" and request.decided_by == "cancel":
+            return _ended(base, "cancelled", None, "cancelled while it waited for approval")
         if request.state != "approved":
             refusal = render(
                 ActionResponseModel(
@@ -117,6 +128,8 @@ async def task_view(
             return _ended(base, "completed", _dump(refusal), request.refusal_text())
         if not await _creator_alive(fleet, record):
             await _send_once(fleet, store, record, parked)
+    elif record.cancel_requested:
+        await cancel_orphan(fleet, record)  # once its creator is gone, no act() will
     working: dict[str, Any] = {**base, "status": "working"}
     if record.status_message:
         working["statusMessage"] = record.status_message
@@ -169,3 +182,26 @@ async def _send_once(fleet: Fleet, store: TaskStore, record: TaskRecord, parked:
         return
     log.info("task of call %s: approved after its process ended; enqueued here", record.call_id)
     await send_approved(fleet, parked)
+
+
+async def cancel_orphan(fleet: Fleet, record: TaskRecord) -> None:
+    """C9 for a task whose creating process is gone: no act() is left to cancel, so the call
+    is recorded CANCELLED here unless a worker recorded its end first, revoked if queued, and
+    cancelled on its worker if it is a running async call (a running sync call runs on, and
+    its record says so). A call parked for approval is the caller's to expire."""
+    if await _creator_alive(fleet, record) or await fleet.redis.exists(
+        fleet.keys.event(record.call_id), fleet.keys.approval(record.call_id)
+    ):
+        return
+    message = CallMessage(
+        call_id=record.call_id, function=record.function, branch_id=record.branch_id
+    )
+    tool = fleet.registry.get(record.function) if record.function in fleet.registry else None
+    await settle_calls(
+        fleet,
+        [(message, tool)],
+        lambda m: asyncio.CancelledError(
+            f"call {m.call_id} of tool {m.function!r} was cancelled through tasks/cancel"
+        ),
+        EventStatus.CANCELLED,
+    )

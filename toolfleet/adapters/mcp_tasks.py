@@ -29,7 +29,13 @@ from mcp_types.jsonrpc import HEADER_MISMATCH, INVALID_PARAMS, MISSING_REQUIRED_
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ConfigDict, Field
 
-from toolfleet.adapters.mcp_task_state import POLL_INTERVAL_MS, approval_key, iso, task_view
+from toolfleet.adapters.mcp_task_state import (
+    POLL_INTERVAL_MS,
+    approval_key,
+    cancel_orphan,
+    iso,
+    task_view,
+)
 from toolfleet.adapters.mcp_task_store import TaskRecord, TaskStore, owner_of
 from toolfleet.dispatcher.accept.context import call_id_for
 from toolfleet.dispatcher.branch import Branch
@@ -301,6 +307,7 @@ class FleetTasks:
                 by="cancel",
                 why="the task was cancelled",
             )
+        await cancel_orphan(self.fleet, record)
         return {"resultType": "complete"}
 
     def _cancel_local(self, call_id: str) -> None:
