@@ -224,14 +224,33 @@ class FleetTasks:
             self._cancelled.discard(record.call_id)
 
     def _progress(self, record: TaskRecord) -> Callable[[CallProgress], Awaitable[None]]:
-        last = [0.0]
+        """A progress callback writing the task's statusMessage at most every
+        PROGRESS_WRITE_S; a report held back is written when that time is up, so the last one
+        always lands."""
+        state: dict[str, Any] = {"written": 0.0, "pending": None, "flush": None}
+
+        async def write(text: str) -> None:
+            state["written"] = time.monotonic()
+            await self.store.annotate(record.task_id, status_message=text)
+
+        async def flush_later(delay: float) -> None:
+            await asyncio.sleep(delay)
+            text, state["pending"], state["flush"] = state["pending"], None, None
+            if text is not None:
+                await write(text)
 
         async def report(progress: CallProgress) -> None:
-            now = time.monotonic()
-            if now - last[0] < PROGRESS_WRITE_S:
+            text = _progress_text(progress)
+            wait = state["written"] + PROGRESS_WRITE_S - time.monotonic()
+            if wait <= 0 and state["flush"] is None:
+                await write(text)
                 return
-            last[0] = now
-            await self.store.annotate(record.task_id, status_message=_progress_text(progress))
+            state["pending"] = text
+            if state["flush"] is None:
+                flush = asyncio.ensure_future(flush_later(max(wait, 0.0)))
+                state["flush"] = flush
+                self._background.add(flush)
+                flush.add_done_callback(self._background.discard)
 
         return report
 
