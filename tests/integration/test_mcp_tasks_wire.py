@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -160,3 +161,53 @@ def test_a_task_is_unknown_to_another_token_and_once_its_ttl_has_passed(
         what="the task expired",
     )
     assert time.monotonic() - started >= 0.5
+
+
+def test_subscriptions_listen_pushes_each_change_of_the_callers_tasks(
+    servers: dict[str, str], tmp_path: Path
+) -> None:
+    """The stream is acknowledged with the caller's own task ids only, then carries the task's
+    progress as statusMessage and its completed state with the result, and ends."""
+    client = WireClient(servers["tasks"], TOKEN)
+    gate = tmp_path / "gate"
+    created = client.call("tools/call", {"name": "slow_steps", "arguments": {"gate": str(gate)}})
+    task_id = created["result"]["taskId"]
+    not_mine = WireClient(servers["other"], OTHER_TOKEN).call(
+        "tools/call", {"name": "add", "arguments": {"a": 1, "b": 1}}
+    )["result"]["taskId"]
+
+    def release_after_progress() -> None:
+        until(
+            lambda: client.call("tasks/get", {"taskId": task_id})["result"].get("statusMessage"),
+            timeout_s=30,
+            what="progress",
+        )
+        gate.touch()
+
+    releaser = threading.Thread(target=release_after_progress)
+    releaser.start()
+    frames = client.frames(
+        "subscriptions/listen", {"notifications": {"taskIds": [task_id, not_mine, "unknown"]}}
+    )
+    releaser.join(timeout=60)
+    ack, *pushes, end = frames
+    assert ack["method"] == "notifications/subscriptions/acknowledged"
+    assert ack["params"]["notifications"] == {"taskIds": [task_id]}
+    subscription = ack["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"]
+    assert {p["method"] for p in pushes} == {"notifications/tasks"}
+    assert all(p["params"]["taskId"] == task_id for p in pushes)
+    assert all(
+        p["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"] == subscription
+        for p in pushes
+    )
+    messages = [p["params"].get("statusMessage") for p in pushes]
+    assert "3/3: step 3 of 3" in messages
+    assert pushes[-1]["params"]["status"] == "completed"
+    assert pushes[-1]["params"]["result"]["content"][0]["text"] == "done after 3 steps"
+    assert "result" in end
+
+
+def test_subscriptions_listen_for_tasks_needs_the_extension(servers: dict[str, str]) -> None:
+    undeclared = WireClient(servers["tasks"], TOKEN, declare_tasks=False)
+    (answer,) = undeclared.frames("subscriptions/listen", {"notifications": {"taskIds": ["x"]}})
+    assert answer["error"]["code"] == -32021

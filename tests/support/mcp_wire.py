@@ -25,6 +25,14 @@ class WireClient:
         self.token = token
         self.declare_tasks = declare_tasks
 
+    def frames(self, method: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+        """Every JSON-RPC message of the answer to ``method``, in order (an SSE stream's
+        notifications, then its response)."""
+        raw = self._send(method, params, name=None, request_id=None)
+        if not raw.headers.get("content-type", "").startswith("text/event-stream"):
+            return [json.loads(raw.content)]
+        return [json.loads(frame) for frame in _data_frames(raw.text)]
+
     def post(
         self,
         method: str,
@@ -34,6 +42,15 @@ class WireClient:
         request_id: int | None = None,
     ) -> bytes:
         """The raw body of the answer to ``method`` (the JSON of an SSE stream's message)."""
+        reply = self._send(method, params, name=name, request_id=request_id)
+        if reply.headers.get("content-type", "").startswith("text/event-stream"):
+            answers = [f for f in _data_frames(reply.text) if '"id"' in f]
+            return answers[-1].encode()
+        return reply.content
+
+    def _send(
+        self, method: str, params: dict[str, Any], *, name: str | None, request_id: int | None
+    ) -> httpx2.Response:
         extensions = {TASKS: {}} if self.declare_tasks else {}
         body = {
             "jsonrpc": "2.0",
@@ -59,18 +76,17 @@ class WireClient:
             headers["Mcp-Name"] = str(routed)
         if self.token is not None:
             headers["Authorization"] = f"Bearer {self.token}"
-        reply = httpx2.post(self.url, content=json.dumps(body), headers=headers, timeout=60)
-        if reply.headers.get("content-type", "").startswith("text/event-stream"):
-            frames = [
-                line[len("data:") :].strip()
-                for line in reply.text.splitlines()
-                if line.startswith("data:") and line[len("data:") :].strip()
-            ]
-            answers = [f for f in frames if '"id"' in f]
-            return answers[-1].encode()
-        return reply.content
+        return httpx2.post(self.url, content=json.dumps(body), headers=headers, timeout=60)
 
     def call(self, method: str, params: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
         """The answer to ``method`` as JSON (its ``result`` or its ``error``)."""
         answer: dict[str, Any] = json.loads(self.post(method, params, **kwargs))
         return answer
+
+
+def _data_frames(text: str) -> list[str]:
+    return [
+        line[len("data:") :].strip()
+        for line in text.splitlines()
+        if line.startswith("data:") and line[len("data:") :].strip()
+    ]

@@ -17,7 +17,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 import mcp_types as types
@@ -29,6 +29,8 @@ from mcp_types.jsonrpc import HEADER_MISMATCH, INVALID_PARAMS, MISSING_REQUIRED_
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ConfigDict, Field
 
+from toolfleet.adapters.mcp_task_listen import ListenParams, listen_to_tasks
+from toolfleet.adapters.mcp_task_progress import progress_writer
 from toolfleet.adapters.mcp_task_state import (
     POLL_INTERVAL_MS,
     approval_key,
@@ -41,7 +43,6 @@ from toolfleet.dispatcher.accept.context import call_id_for
 from toolfleet.dispatcher.branch import Branch
 from toolfleet.dispatcher.fleet import Fleet
 from toolfleet.dispatcher.govern.approvals import expire, load_approval
-from toolfleet.dispatcher.watch.progress_relay import CallProgress
 from toolfleet.schemas.action import ActionResponseModel, CallParams
 from toolfleet.schemas.errors import ApprovalError
 from toolfleet.schemas.status import EventStatus
@@ -55,8 +56,6 @@ CLIENT_CAPABILITIES = "io.modelcontextprotocol/clientCapabilities"
 # How long tools/call waits for the call to be durably on the fleet before it answers
 # with an error instead of a task.
 ENQUEUE_WAIT_S = 30.0
-# How often a task's progress message is written to Redis, at most.
-PROGRESS_WRITE_S = 0.2
 # How long a cancelled act() may take to record its call CANCELLED before the wait ends.
 CANCEL_GRACE_S = 30.0
 
@@ -96,6 +95,7 @@ class FleetTasks:
         server.add_request_handler("tasks/get", TaskParams, self._get)
         server.add_request_handler("tasks/update", UpdateParams, self._update)
         server.add_request_handler("tasks/cancel", TaskParams, self._cancel)
+        server.add_request_handler("subscriptions/listen", ListenParams, self._listen)
 
     @property
     def store(self) -> TaskStore:
@@ -139,7 +139,11 @@ class FleetTasks:
             "arguments": dict(params.arguments or {}),
         }
         act = asyncio.ensure_future(
-            branch.act([request], call_params=call_params, on_progress=self._progress(record))
+            branch.act(
+                [request],
+                call_params=call_params,
+                on_progress=progress_writer(lambda: self.store, record, self._background),
+            )
         )
         self._running[call_id] = act
         runner = asyncio.ensure_future(self._run_to_end(record, act))
@@ -223,37 +227,6 @@ class FleetTasks:
             self._running.pop(record.call_id, None)
             self._cancelled.discard(record.call_id)
 
-    def _progress(self, record: TaskRecord) -> Callable[[CallProgress], Awaitable[None]]:
-        """A progress callback writing the task's statusMessage at most every
-        PROGRESS_WRITE_S; a report held back is written when that time is up, so the last one
-        always lands."""
-        state: dict[str, Any] = {"written": 0.0, "pending": None, "flush": None}
-
-        async def write(text: str) -> None:
-            state["written"] = time.monotonic()
-            await self.store.annotate(record.task_id, status_message=text)
-
-        async def flush_later(delay: float) -> None:
-            await asyncio.sleep(delay)
-            text, state["pending"], state["flush"] = state["pending"], None, None
-            if text is not None:
-                await write(text)
-
-        async def report(progress: CallProgress) -> None:
-            text = _progress_text(progress)
-            wait = state["written"] + PROGRESS_WRITE_S - time.monotonic()
-            if wait <= 0 and state["flush"] is None:
-                await write(text)
-                return
-            state["pending"] = text
-            if state["flush"] is None:
-                flush = asyncio.ensure_future(flush_later(max(wait, 0.0)))
-                state["flush"] = flush
-                self._background.add(flush)
-                flush.add_done_callback(self._background.discard)
-
-        return report
-
     # -- the tasks/* methods ---------------------------------------------------------------
 
     async def _load(self, ctx: Any, task_id: str) -> TaskRecord:
@@ -284,6 +257,18 @@ class FleetTasks:
         record = await self._load(ctx, params.task_id)
         view = await task_view(self.fleet, self.store, record, self.render)
         return {"resultType": "complete", **view}
+
+    async def _listen(self, ctx: Any, params: ListenParams) -> dict[str, Any]:
+        owner = owner_of(_header(ctx, "authorization"))
+        store = self.store
+
+        async def load(task_id: str) -> TaskRecord | None:
+            return await store.load(task_id, owner)
+
+        async def view(record: TaskRecord) -> dict[str, Any]:
+            return await task_view(self.fleet, store, record, self.render)
+
+        return await listen_to_tasks(ctx, params, declared=self.declared(ctx), load=load, view=view)
 
     async def _update(self, ctx: Any, params: UpdateParams) -> dict[str, Any]:
         record = await self._load(ctx, params.task_id)
@@ -359,17 +344,6 @@ class FleetTasks:
             self._listener.cancel()
             with contextlib.suppress(BaseException):
                 await self._listener
-
-
-def _progress_text(progress: CallProgress) -> str:
-    parts = []
-    if progress.total:
-        parts.append(f"{progress.done:g}/{progress.total:g}")
-    elif progress.done:
-        parts.append(f"{progress.done:g}")
-    if progress.message:
-        parts.append(progress.message)
-    return ": ".join(parts)[:1000] or "working"
 
 
 def _header(ctx: Any, name: str) -> str | None:
