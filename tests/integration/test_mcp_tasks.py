@@ -127,39 +127,50 @@ def test_sigkill_of_the_creating_replica_loses_nothing(
     tasks_fleet: dict[str, str], replicas: list[tuple[str, Any]], tmp_path: Path
 ) -> None:
     """Created on a replica of its own, which is SIGKILLed while the call waits for approval:
-    the other replica shows input_required, takes the approval, enqueues the call and gives
-    its progress and result."""
+    FastMCP's client, now on the other replica, sees input_required and approves through its
+    elicitation handler; that replica enqueues the call and reports its progress and result."""
     (url_b, _) = replicas[1]
     gate = tmp_path / "gate"
+    asked: list[str] = []
 
-    async def main(url_a: str, process: Any) -> tuple[Any, Any, Any]:
-        async with _client(url_a) as a:
-            task = await fastmcp_tasks.call_tool_task(a, "approved_refund", {"amount": 9})
+    async def approve(message: str, response_type: Any, params: Any, context: Any) -> Any:
+        asked.append(message)
+        return {"approve": True}
+
+    async def main(url_c: str, process: Any) -> tuple[Any, Any, Any, Any]:
+        async with _client(url_c) as c:
+            task = await fastmcp_tasks.call_tool_task(c, "approved_steps", {"gate": str(gate)})
         process.send_signal(signal.SIGKILL)
         process.wait(timeout=30)
-        async with _client(url_b) as b:
-            on_b = fastmcp_tasks.ToolTask(b, "approved_refund", task.create_result)
+        async with _client(url_b, elicitation_handler=approve) as b:
+            on_b = fastmcp_tasks.ToolTask(b, "approved_steps", task.create_result)
             parked = await on_b.wait(state="input_required", timeout=30)
-            (key,) = parked.input_requests
-            await fastmcp_tasks.client._send_update(
-                b.session, task.task_id, {key: {"action": "accept", "content": {"approve": True}}}
+            driven = asyncio.ensure_future(on_b.result())  # answers, then polls to the end
+
+            async def progressed() -> Any:
+                status = await on_b.status()
+                return status if status.status_message == "3/3: step 3 of 3" else None
+
+            working = await until_async(
+                progressed, timeout_s=45, what="progress after the takeover", while_running=driven
             )
-            done = await on_b.wait(timeout=30)
-            return task.create_result, parked, done
+            gate.touch()
+            result = await asyncio.wait_for(driven, 30)
+            return task.create_result, parked, working, result
 
     token_env = {"TEST_TOKEN": TOKEN}
     with http_replica(
         tasks_fleet, TOOLS, tmp_path / "c.log", "--token-env", "TEST_TOKEN", **token_env
     ) as (url_c, process):
-        created, parked, done = asyncio.run(main(url_c, process))
+        created, parked, working, result = asyncio.run(main(url_c, process))
     assert process.returncode == -signal.SIGKILL
     assert created.status == "working"
     assert parked.status == "input_required"
     (request,) = parked.input_requests.values()
     assert request["method"] == "elicitation/create"
-    assert done.status == "completed", done
-    assert done.result["content"][0]["text"] == "refunded 9"
-    del gate
+    assert len(asked) == 1 and "approved_steps" in asked[0]
+    assert working.status == "working"
+    assert result.content[0].text == "done after 3 steps"
 
 
 def test_cancel_ends_a_running_task_as_cancelled_and_is_idempotent(

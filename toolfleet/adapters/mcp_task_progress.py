@@ -11,6 +11,7 @@ from typing import Any
 
 from toolfleet.adapters.mcp_task_store import TaskRecord, TaskStore
 from toolfleet.dispatcher.watch.progress_relay import CallProgress
+from toolfleet.schemas.progress import ProgressReport
 
 __all__ = ["PROGRESS_WRITE_S", "progress_text", "progress_writer"]
 
@@ -50,7 +51,7 @@ def progress_writer(
     return report
 
 
-def progress_text(progress: CallProgress) -> str:
+def progress_text(progress: CallProgress | ProgressReport) -> str:
     """``3/10: chunk 3``: the counts a report gives, then its message."""
     parts = []
     if progress.total:

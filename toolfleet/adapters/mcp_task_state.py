@@ -22,12 +22,14 @@ from typing import Any
 
 import mcp_types as types
 
+from toolfleet.adapters.mcp_task_progress import progress_text
 from toolfleet.adapters.mcp_task_store import TaskRecord, TaskStore
 from toolfleet.dispatcher.fleet import Fleet
 from toolfleet.dispatcher.history.recover_approvals import parked_calls, send_approved
 from toolfleet.dispatcher.watch.cancel import settle_calls
 from toolfleet.schemas.action import ActionResponseModel
 from toolfleet.schemas.approval import ApprovalRequest
+from toolfleet.schemas.progress import decode, is_progress
 from toolfleet.schemas.status import EventStatus
 from toolfleet.schemas.wire import CallMessage, CallResult
 
@@ -44,6 +46,8 @@ log = logging.getLogger(__name__)
 
 # What a client is asked to wait between two tasks/get (a call is rarely done sooner).
 POLL_INTERVAL_MS = 500
+# How many of a dead creator's reply-list entries are read for a call's last progress.
+ORPHAN_PROGRESS_SCAN = 200
 
 Render = Callable[[ActionResponseModel, str], types.CallToolResult]
 
@@ -131,9 +135,26 @@ async def task_view(
     elif record.cancel_requested:
         await cancel_orphan(fleet, record)  # once its creator is gone, no act() will
     working: dict[str, Any] = {**base, "status": "working"}
-    if record.status_message:
-        working["statusMessage"] = record.status_message
+    message = record.status_message
+    if not await _creator_alive(fleet, record):
+        message = await _orphan_progress(fleet, record) or message
+    if message:
+        working["statusMessage"] = message
     return working
+
+
+async def _orphan_progress(fleet: Fleet, record: TaskRecord) -> str | None:
+    """The call's last progress report on the reply list of its dead creator, which nobody
+    pops any more (its newest ORPHAN_PROGRESS_SCAN entries)."""
+    entries = await fleet.redis.lrange(
+        fleet.keys.reply(record.dispatcher_id), -ORPHAN_PROGRESS_SCAN, -1
+    )
+    for raw in reversed(entries):
+        if is_progress(raw):
+            report = decode(raw)
+            if report is not None and report.call_id == record.call_id:
+                return progress_text(report)
+    return None
 
 
 def _ended(
