@@ -16,6 +16,7 @@ from typing import Any
 import fastmcp_tasks
 import pytest
 from fastmcp import Client
+from fastmcp.client.transports import StdioTransport
 
 from tests.support.fleet import private_workers
 from tests.support.mcp_servers import cli_command, http_replica, server_env
@@ -266,6 +267,64 @@ def test_cancel_after_the_creating_replica_died_records_the_call_cancelled(
             await on_b.cancel()
             # Within the dead replica's heartbeat TTL (15 s) and a poll.
             return await on_b.wait(timeout=45)
+
+    token_env = {"TEST_TOKEN": TOKEN}
+    with http_replica(
+        tasks_fleet, TOOLS, tmp_path / "c.log", "--token-env", "TEST_TOKEN", **token_env
+    ) as (url_c, process):
+        done = asyncio.run(main(url_c, process))
+    assert done.status == "cancelled"
+
+
+def test_a_task_created_over_stdio_is_answered_by_another_stdio_server(
+    tasks_fleet: dict[str, str], tmp_path: Path
+) -> None:
+    """Two desktop-style stdio servers of one fleet: a task one created (no credentials: the
+    stdio owner) is polled to its result through the other."""
+    gate = tmp_path / "gate"
+    (command, *rest) = cli_command()
+    args = [*rest, "mcp", *[a for m in TOOLS for a in ("--tools", m)]]
+
+    def stdio() -> Client[Any]:
+        transport = StdioTransport(command, args, env=server_env(tasks_fleet))
+        return Client(transport, timeout=60)
+
+    async def main() -> tuple[Any, Any]:
+        async with stdio() as first, stdio() as second:
+            task = await fastmcp_tasks.call_tool_task(first, "slow_steps", {"gate": str(gate)})
+            on_second = fastmcp_tasks.ToolTask(second, "slow_steps", task.create_result)
+            working = await on_second.status()
+            gate.touch()
+            return working, await on_second.wait(timeout=30)
+
+    working, done = asyncio.run(main())
+    assert working.status == "working"
+    assert done.status == "completed"
+    assert done.result["content"][0]["text"] == "done after 3 steps"
+
+
+def test_sigterm_cancels_the_calls_of_the_tasks_a_replica_runs(
+    tasks_fleet: dict[str, str], replicas: list[tuple[str, Any]], tmp_path: Path
+) -> None:
+    """A graceful stop treats a task's call as it treats a synchronous one: cancelled (C9), and
+    the task, read on another replica, says so; the server exits 0."""
+    (url_b, _) = replicas[1]
+    gate = tmp_path / "never"
+
+    async def main(url_c: str, process: Any) -> Any:
+        async with _client(url_c) as c:
+            task = await fastmcp_tasks.call_tool_task(c, "slow_steps", {"gate": str(gate)})
+
+            async def running() -> bool:
+                return (await task.status()).status_message is not None
+
+            await until_async(running, timeout_s=30, what="the call running")
+        process.send_signal(signal.SIGTERM)
+        assert await asyncio.to_thread(process.wait, 60) == 0
+        async with _client(url_b) as b:
+            return await fastmcp_tasks.ToolTask(b, "slow_steps", task.create_result).wait(
+                timeout=30
+            )
 
     token_env = {"TEST_TOKEN": TOKEN}
     with http_replica(

@@ -339,7 +339,13 @@ class FleetTasks:
         self._listener = asyncio.ensure_future(listen())
 
     async def aclose(self) -> None:
-        """Stop listening for cancels (the calls in flight are cancelled with the server)."""
+        """Stop: the calls of this process's tasks still running are cancelled (C9), as its
+        synchronous calls are, and their tasks recorded cancelled, before the fleet closes."""
+        for call_id in list(self._running):
+            self._cancel_local(call_id)
+        runners = [t for t in self._background if not t.done()]
+        if runners:
+            await asyncio.wait(runners, timeout=CANCEL_GRACE_S)
         if self._listener is not None:
             self._listener.cancel()
             with contextlib.suppress(BaseException):
