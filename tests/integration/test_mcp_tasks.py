@@ -265,7 +265,7 @@ def test_cancel_after_the_creating_replica_died_records_the_call_cancelled(
             on_b = fastmcp_tasks.ToolTask(b, "slow_steps", task.create_result)
             await on_b.cancel()
             await on_b.cancel()
-            # Within the dead replica's heartbeat TTL (15 s) and a poll.
+            # Within the dead replica's heartbeat TTL (4 s) and a poll.
             return await on_b.wait(timeout=45)
 
     token_env = {"TEST_TOKEN": TOKEN}

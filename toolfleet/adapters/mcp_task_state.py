@@ -193,7 +193,7 @@ def _dump(result: types.CallToolResult) -> dict[str, Any]:
 
 
 async def _creator_alive(fleet: Fleet, record: TaskRecord) -> bool:
-    return bool(await fleet.redis.exists(fleet.keys.dispatcher(record.dispatcher_id)))
+    return await TaskStore(fleet.redis, fleet.keys).creator_alive(record.dispatcher_id)
 
 
 async def _send_once(fleet: Fleet, store: TaskStore, record: TaskRecord, parked: Any) -> None:

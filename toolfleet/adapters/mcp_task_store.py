@@ -24,6 +24,7 @@ import redis.asyncio as aioredis
 from toolfleet.schemas.keys import Keys
 
 __all__ = [
+    "CREATOR_BEAT_S",
     "DEFAULT_TTL_MS",
     "MAX_RESULT_BYTES",
     "TaskRecord",
@@ -36,6 +37,10 @@ __all__ = [
 # the longest it may ask for (a week): a task is a record, not an archive.
 DEFAULT_TTL_MS = 24 * 3600 * 1000
 MAX_TTL_MS = 7 * 24 * 3600 * 1000
+# A task's creating process says it lives every CREATOR_BEAT_S, for CREATOR_TTL_MS: a
+# replica takes over its tasks' approvals and cancels that much after it died.
+CREATOR_BEAT_S = 1.0
+CREATOR_TTL_MS = 4000
 # A stored result above this many bytes of JSON is kept as a preview (its text cut).
 MAX_RESULT_BYTES = 256 * 1024
 PREVIEW_CHARS = 4096
@@ -82,6 +87,17 @@ class TaskStore:
     def key(self, task_id: str) -> str:
         digest = hashlib.sha256(task_id.encode()).hexdigest()
         return f"{self._prefix}:mcp:task:{digest}"
+
+    def creator_key(self, dispatcher_id: str) -> str:
+        """String with a short TTL: present while the ``toolfleet mcp`` process whose
+        dispatcher is ``dispatcher_id`` runs; its tasks are the fleet's once it is gone."""
+        return f"{self._prefix}:mcp:creator:{dispatcher_id}"
+
+    async def beat(self, dispatcher_id: str) -> None:
+        await self._client.set(self.creator_key(dispatcher_id), "1", px=CREATOR_TTL_MS)
+
+    async def creator_alive(self, dispatcher_id: str) -> bool:
+        return bool(await self._client.exists(self.creator_key(dispatcher_id)))
 
     def cancel_channel(self) -> str:
         """Pub/sub channel: call ids whose task a client cancelled, for the process running

@@ -38,7 +38,7 @@ from toolfleet.adapters.mcp_task_state import (
     iso,
     task_view,
 )
-from toolfleet.adapters.mcp_task_store import TaskRecord, TaskStore, owner_of
+from toolfleet.adapters.mcp_task_store import CREATOR_BEAT_S, TaskRecord, TaskStore, owner_of
 from toolfleet.dispatcher.accept.context import call_id_for
 from toolfleet.dispatcher.branch import Branch
 from toolfleet.dispatcher.fleet import Fleet
@@ -321,18 +321,28 @@ class FleetTasks:
             act.cancel()
 
     async def _listen_for_cancels(self) -> None:
-        """Once per process: cancel the act() of a task another replica was asked to cancel."""
+        """Once per process: say it lives (its tasks stay its own), and cancel the act() of a
+        task another replica was asked to cancel."""
         if self._listener is not None and not self._listener.done():
             return
+        await self.store.beat(self.fleet.collector_id)
         pubsub = self.fleet.redis.pubsub()
         await pubsub.subscribe(self.store.cancel_channel())
 
+        async def beat() -> None:
+            while True:
+                await asyncio.sleep(CREATOR_BEAT_S)
+                with contextlib.suppress(redis.RedisError, OSError):
+                    await self.store.beat(self.fleet.collector_id)
+
         async def listen() -> None:
+            beating = asyncio.ensure_future(beat())
             try:
                 async for message in pubsub.listen():
                     if message.get("type") == "message":
                         self._cancel_local(_text(message["data"]))
             finally:
+                beating.cancel()
                 with contextlib.suppress(Exception):
                     await pubsub.aclose()
 
