@@ -211,3 +211,33 @@ def test_subscriptions_listen_for_tasks_needs_the_extension(servers: dict[str, s
     undeclared = WireClient(servers["tasks"], TOKEN, declare_tasks=False)
     (answer,) = undeclared.frames("subscriptions/listen", {"notifications": {"taskIds": ["x"]}})
     assert answer["error"]["code"] == -32021
+
+
+def test_an_approval_is_input_required_and_a_decline_is_a_completed_refusal(
+    servers: dict[str, str],
+) -> None:
+    """The parked call's one input request is an elicitation form; an answer to a key that is
+    not outstanding is ignored; a decline refuses the call with the default reason."""
+    client = WireClient(servers["tasks"], TOKEN)
+    created = client.call("tools/call", {"name": "approved_refund", "arguments": {"amount": 5}})
+    task_id = created["result"]["taskId"]
+    parked = client.call("tasks/get", {"taskId": task_id})["result"]
+    assert parked["status"] == "input_required"
+    ((key, request),) = parked["inputRequests"].items()
+    assert request["method"] == "elicitation/create"
+    assert request["params"]["mode"] == "form"
+    assert request["params"]["requestedSchema"]["required"] == ["approve"]
+    ignored = {"taskId": task_id, "inputResponses": {"approval-other": {"action": "accept"}}}
+    client.call("tasks/update", ignored)
+    again = client.call("tasks/get", {"taskId": task_id})["result"]
+    assert again["status"] == "input_required" and list(again["inputRequests"]) == [key]
+    declined = {"taskId": task_id, "inputResponses": {key: {"action": "decline"}}}
+    assert client.call("tasks/update", declined)["result"]["resultType"] == "complete"
+
+    def ended() -> dict[str, Any] | None:
+        got = client.call("tasks/get", {"taskId": task_id})["result"]
+        return got if got["status"] == "completed" else None
+
+    done = until(ended, timeout_s=30, what="the refusal")
+    assert done["result"]["isError"] is True
+    assert "declined by the MCP client's user" in done["result"]["content"][0]["text"]
