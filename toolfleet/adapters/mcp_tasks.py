@@ -151,6 +151,7 @@ class FleetTasks:
         runner.add_done_callback(self._background.discard)
         if not await self._durable(record, act):
             runner.cancel()
+            await self.fleet.redis.delete(store.key(record.task_id))
             raise MCPError(code=-32603, message="the call could not be enqueued on the fleet")
         if act.done() and not await self._on_the_fleet(record):
             # Refused before it was enqueued (a gate's denial): nothing to wait for.
@@ -188,7 +189,7 @@ class FleetTasks:
         batches = await client.hgetall(keys.open_batches())
         ours = [_text(b) for b, branch in batches.items() if _text(branch) == record.branch_id]
         for raw in await client.mget([keys.batch(b) for b in ours]) if ours else []:
-            if raw is not None and call_id.encode() in (raw if isinstance(raw, bytes) else b""):
+            if raw is not None and call_id in _text(raw):  # the journal lists its call ids
                 return True
         return False
 
