@@ -34,7 +34,7 @@ def servers(
     fleet_settings: Settings, redis_url: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[dict[str, str]]:
     """On one fleet: a server with tasks, one without, one with another token, one whose
-    tasks live a second."""
+    tasks live a second and whose gate denies echo("forbidden")."""
     logs = tmp_path_factory.mktemp("wire")
     env = {"TEST_TOKEN": TOKEN}
     token = ("--token-env", "TEST_TOKEN")
@@ -48,7 +48,14 @@ def servers(
             other,
             _,
         ),
-        http_replica(fleet, TOOLS, logs / "short.log", *token, "--task-ttl-s", "1", **env) as (
+        http_replica(
+            fleet,
+            TOOLS,
+            logs / "short.log",
+            *token,
+            *("--task-ttl-s", "1", "--gate", "tests.support.mcp_gates:no_forbidden_echo"),
+            **env,
+        ) as (
             short,
             _,
         ),
@@ -241,3 +248,15 @@ def test_an_approval_is_input_required_and_a_decline_is_a_completed_refusal(
     done = until(ended, timeout_s=30, what="the refusal")
     assert done["result"]["isError"] is True
     assert "declined by the MCP client's user" in done["result"]["content"][0]["text"]
+
+
+def test_a_call_a_gate_denies_is_answered_at_once_not_as_a_task(servers: dict[str, str]) -> None:
+    """Nothing is enqueued, so there is nothing to wait for: the server decides, per request,
+    to answer with the plain result (the denial), as the extension allows."""
+    client = WireClient(servers["short"], TOKEN)
+    denied = client.call("tools/call", {"name": "echo", "arguments": {"value": "forbidden"}})
+    assert denied["result"]["resultType"] == "complete"
+    assert denied["result"]["isError"] is True
+    assert "denied by the governance gate" in denied["result"]["content"][0]["text"]
+    allowed = client.call("tools/call", {"name": "echo", "arguments": {"value": "fine"}})
+    assert allowed["result"]["resultType"] == "task"
