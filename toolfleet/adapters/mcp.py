@@ -8,7 +8,8 @@ is also the result's ``structuredContent``, a tool failure or a denied call is a
 ``isError`` (never a protocol error), and a client's ``notifications/cancelled`` cancels the
 act(), which cancels the call on the fleet (C9). When the request carries a progress token,
 the tool's ``current_call().progress()`` reports become ``notifications/progress`` for it
-(without one, the call asks its worker for none).
+(without one, the call asks its worker for none). A client that declares the MCP Tasks
+extension on its ``tools/call`` gets a task instead (``toolfleet.adapters.mcp_tasks``).
 """
 
 from __future__ import annotations
