@@ -8,7 +8,8 @@ is also the result's ``structuredContent``, a tool failure or a denied call is a
 ``isError`` (never a protocol error), and a client's ``notifications/cancelled`` cancels the
 act(), which cancels the call on the fleet (C9). When the request carries a progress token,
 the tool's ``current_call().progress()`` reports become ``notifications/progress`` for it
-(without one, the call asks its worker for none).
+(without one, the call asks its worker for none). A client that declares the MCP Tasks
+extension on its ``tools/call`` gets a task instead (``toolfleet.adapters.mcp_tasks``).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import logging
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import anyio
 from pydantic import TypeAdapter, ValidationError
@@ -36,6 +37,7 @@ except ImportError as exc:  # pragma: no cover - the extra is part of the test i
         f"the MCP SDK is not installed ({exc}); pip install 'toolfleet[mcp]'"
     ) from exc
 
+from toolfleet.adapters.mcp_tasks import FleetTasks
 from toolfleet.dispatcher.batch.units import DENIED_OUTPUT_ERROR
 from toolfleet.dispatcher.branch import Branch
 from toolfleet.dispatcher.fleet import Fleet
@@ -79,6 +81,8 @@ class FleetMcpServer:
         gates: Sequence[Gate] = (),
         call_params: CallParams | None = None,
         name: str = "toolfleet",
+        tasks: bool = True,
+        task_ttl_ms: int | None = None,
     ) -> None:
         self.fleet = fleet
         self.call_params = call_params
@@ -92,8 +96,13 @@ class FleetMcpServer:
             name,
             instructions="Each tool runs as a call on a toolfleet fleet of Celery workers.",
             on_list_tools=self._list_tools,
-            on_call_tool=self._call_tool,
+            # Any: a task is a claimed result (resultType "task"), outside the SDK's union.
+            on_call_tool=cast(Any, self._call_tool),
         )
+        # The tasks extension (toolfleet.adapters.mcp_tasks): for clients that declare it.
+        self.tasks = FleetTasks(fleet, self._render_for, ttl_ms=task_ttl_ms) if tasks else None
+        if self.tasks is not None:
+            self.tasks.install(self.server)
 
     def branch_for(self, ctx: Any) -> Branch:
         """The branch of the MCP session ``ctx`` belongs to (created on its first call).
@@ -143,13 +152,15 @@ class FleetMcpServer:
 
     async def _call_tool(
         self, ctx: Any, params: types.CallToolRequestParams
-    ) -> types.CallToolResult:
+    ) -> types.CallToolResult | dict[str, Any]:
         branch = self.branch_for(ctx)
         if params.name not in self.fleet.registry:
             known = ", ".join(self.fleet.registry.names()) or "none"
             return _error_result(
                 f"unknown tool {params.name!r}; this server's tools are: {known}", branch, None
             )
+        if self.tasks is not None and self.tasks.declared(ctx):
+            return await self.tasks.create(ctx, branch, params, self.call_params)
         request = {"function": params.name, "arguments": dict(params.arguments or {})}
         act = asyncio.ensure_future(
             branch.act([request], call_params=self.call_params, on_progress=_progress_to(ctx))
@@ -165,7 +176,14 @@ class FleetMcpServer:
             raise
         return self._render(result, branch)
 
-    def _render(self, result: ActionResponseModel, branch: Branch) -> types.CallToolResult:
+    def _render_for(self, result: ActionResponseModel, branch_id: str) -> types.CallToolResult:
+        """:meth:`_render` for a call of the branch ``branch_id`` (a task's, read back)."""
+        branch = self.session.branches.get(branch_id)
+        return self._render(result, branch if branch is not None else _BranchRef(branch_id))
+
+    def _render(
+        self, result: ActionResponseModel, branch: Branch | _BranchRef
+    ) -> types.CallToolResult:
         call_id = str(result.call_id) if result.call_id else None
         if result.status is EventStatus.COMPLETED:
             output = result.output
@@ -215,6 +233,14 @@ class FleetMcpServer:
         return _error_result(
             f"tool {result.function!r} {result.status.value}: {result.error}", branch, call_id
         )
+
+
+@dataclass(frozen=True)
+class _BranchRef:
+    """A branch known by its id only (a task's, read back by another process)."""
+
+    id: str
+    signals: tuple[Any, ...] = ()
 
 
 def _progress_to(ctx: Any) -> ProgressCallback | None:
@@ -317,14 +343,16 @@ def _text(output: Any) -> str:
         return repr(output)
 
 
-def _meta(branch: Branch, call_id: str | None) -> dict[str, Any]:
+def _meta(branch: Branch | _BranchRef, call_id: str | None) -> dict[str, Any]:
     meta: dict[str, Any] = {BRANCH_META_KEY: branch.id}
     if call_id:
         meta[CALL_META_KEY] = call_id
     return meta
 
 
-def _error_result(text: str, branch: Branch, call_id: str | None) -> types.CallToolResult:
+def _error_result(
+    text: str, branch: Branch | _BranchRef, call_id: str | None
+) -> types.CallToolResult:
     return types.CallToolResult(
         content=[types.TextContent(type="text", text=text)],
         is_error=True,

@@ -13,11 +13,10 @@ import ipaddress
 import os
 import signal
 import sys
-import threading
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
+from toolfleet.cli.mcp_stdio import ProtocolStdio, claim_stdio
 from toolfleet.cli.tool_modules import add_tools_option, load_tool_modules, tool_modules
 from toolfleet.schemas.action import CallParams
 from toolfleet.schemas.errors import ConfigurationError, ToolfleetError
@@ -33,7 +32,9 @@ Examples:
   MCP_TOKEN=s3cret toolfleet mcp --tools mytools --transport http --token-env MCP_TOKEN
 
 With TOOLFLEET_BROKER_URL unset, a private Redis and one sync and one async worker are started
-and stopped with the server (the embedded default). Each MCP session's calls go to one branch:
+and stopped with the server (the embedded default). A client that declares MCP Tasks gets a
+task for each tools/call, which any replica of the fleet answers for (docs/mcp.md, --no-tasks).
+Each MCP session's calls go to one branch:
 `toolfleet history <branch_id>` (the id is in each result's _meta "toolfleet/branch_id").
 SIGTERM or Ctrl-C stops the server: calls in flight are cancelled, the fleet's clients closed.
 Exit codes: 0 stopped; 2 bad option, no tool module, or the mcp extra is not installed.
@@ -75,6 +76,14 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     parser.add_argument(
         "--timeout-s", type=float, default=None, help="per-call timeout (default: the tool's)"
     )
+    parser.add_argument(
+        "--task-ttl-s", type=float, help="MCP Tasks: how long a task is kept (default a day)"
+    )
+    parser.add_argument(
+        "--no-tasks",
+        action="store_true",
+        help="do not offer MCP Tasks: every tools/call is answered when the call ends",
+    )
     parser.set_defaults(func=_main)
 
 
@@ -111,7 +120,7 @@ def _serve_command(args: argparse.Namespace) -> int:
     from toolfleet.schemas.settings import Settings
 
     # First: from here on, only the protocol writes to the real stdout.
-    protocol = _claim_stdio() if args.transport == "stdio" else None
+    protocol = claim_stdio() if args.transport == "stdio" else None
     settings = Settings.from_env()
     tools = tool_modules(settings.tools, args.tools)
     try:
@@ -155,6 +164,8 @@ def _serve_command(args: argparse.Namespace) -> int:
                     gates=gates,
                     call_params=params,
                     protocol=protocol,
+                    tasks=not args.no_tasks,
+                    task_ttl_ms=round(args.task_ttl_s * 1000) if args.task_ttl_s else None,
                 )
             )
         except KeyboardInterrupt:
@@ -188,16 +199,20 @@ async def _serve(
     token: str | None,
     gates: Sequence[Any],
     call_params: CallParams | None,
-    protocol: _ProtocolStdio | None = None,
+    protocol: ProtocolStdio | None = None,
+    tasks: bool = True,
+    task_ttl_ms: int | None = None,
 ) -> None:
     from toolfleet.adapters.mcp import FleetMcpServer
     from toolfleet.dispatcher.fleet import Fleet
 
     fleet = Fleet(settings)
     stop = _Stop()
+    bridge = FleetMcpServer(
+        fleet, gates=gates, call_params=call_params, tasks=tasks, task_ttl_ms=task_ttl_ms
+    )
     with _on_stop_signals(stop):
         try:
-            bridge = FleetMcpServer(fleet, gates=gates, call_params=call_params)
             server = bridge.server
             if transport == "stdio":
                 import anyio
@@ -211,6 +226,8 @@ async def _serve(
             else:
                 await _serve_http(server, host, port, token, stop)
         finally:
+            if bridge.tasks is not None:
+                await bridge.tasks.aclose()
             await fleet.aclose()
     if stop.signals:
         print(
@@ -301,79 +318,6 @@ def _on_stop_signals(stop: Callable[[int], None]) -> Iterator[None]:
                 signal.signal(signum, previous)
 
 
-@dataclass
-class _ProtocolStdio:
-    """The protocol's private copies of the process's stdin and stdout."""
-
-    stdin_fd: int
-    stdout_fd: int
-
-    def streams(self) -> tuple[Any, Any]:
-        """(stdin, stdout) for ``mcp.server.stdio.stdio_server``."""
-        import io
-
-        import anyio
-
-        out = io.TextIOWrapper(
-            os.fdopen(self.stdout_fd, "wb", closefd=False), encoding="utf-8", newline="\n"
-        )
-        return cast(Any, _StdinLines(self.stdin_fd)), anyio.wrap_file(out)
-
-
-def _claim_stdio() -> _ProtocolStdio | None:
-    """Keep stdin and stdout for the MCP protocol alone, for the rest of the process.
-
-    The protocol gets private duplicates of fds 0 and 1; then fd 1 points at stderr and fd 0
-    at /dev/null, so whatever else writes to stdout (a print in a tool module, a console span
-    exporter, its final flush at exit, a child process) lands on stderr, and nothing else
-    reads the client's input. The mcp package's stdio_server diverts them only while it
-    serves and gives fd 1 back on its exit, before the last spans are flushed.
-    """
-    sys.stdout.flush()
-    try:
-        stdin_fd, stdout_fd = os.dup(0), os.dup(1)  # not inherited by children
-    except OSError:
-        return None  # no stdin or stdout to keep: stdio_server's own handling
-    os.dup2(2, 1)
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(devnull, 0)
-    os.close(devnull)
-    return _ProtocolStdio(stdin_fd, stdout_fd)
-
-
-class _StdinLines:
-    """The client's lines, read by a daemon thread: a stop never waits on a blocked read (an
-    anyio worker thread would, and would then hold the interpreter's exit too)."""
-
-    def __init__(self, fd: int) -> None:
-        self._queue: asyncio.Queue[str | None] = asyncio.Queue()
-        loop = asyncio.get_running_loop()
-
-        def pump() -> None:
-            def put(line: str | None) -> None:
-                with contextlib.suppress(RuntimeError):  # the loop has closed: we are exiting
-                    loop.call_soon_threadsafe(self._queue.put_nowait, line)
-
-            try:
-                with os.fdopen(fd, "rb", closefd=False) as raw:
-                    for line in raw:
-                        put(line.decode("utf-8", errors="replace"))
-            except (OSError, ValueError):
-                pass
-            put(None)
-
-        threading.Thread(target=pump, name="toolfleet-mcp-stdin", daemon=True).start()
-
-    def __aiter__(self) -> _StdinLines:
-        return self
-
-    async def __anext__(self) -> str:
-        line = await self._queue.get()
-        if line is None:
-            raise StopAsyncIteration
-        return line
-
-
 def _token(args: argparse.Namespace) -> str | None:
     if args.token_env is None:
         return None
@@ -389,9 +333,6 @@ def _token(args: argparse.Namespace) -> str | None:
 
 
 def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+    with contextlib.suppress(ValueError):  # not an address, nor localhost: not loopback
+        return host == "localhost" or ipaddress.ip_address(host).is_loopback
+    return False
