@@ -276,7 +276,8 @@ class DurableLog:
             if left_s <= 0:
                 return self.last_error or "the outage limit passed"
             try:
-                error = await asyncio.wait_for(self.flush(client, keys, ttl_s), left_s)
+                async with asyncio.timeout(left_s):
+                    error = await self.flush(client, keys, ttl_s)
             except TimeoutError:
                 return self.last_error or f"no reply from Redis within {limit_s:g}s"
             if error is None:

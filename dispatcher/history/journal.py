@@ -241,10 +241,8 @@ class JournalOpening:
         """The claimer's write when it cannot ride in a publishing pipeline; then settled."""
         error: BaseException | None = None
         try:
-            await asyncio.wait_for(
-                write_journal(client, self._keys, self._unsent(), ttl_s=self._ttl_s),
-                JOURNAL_WRITE_TIMEOUT_S,
-            )
+            async with asyncio.timeout(JOURNAL_WRITE_TIMEOUT_S):
+                await write_journal(client, self._keys, self._unsent(), ttl_s=self._ttl_s)
         except (RedisError, OSError, TimeoutError) as exc:
             error = exc
         except BaseException as exc:
@@ -346,8 +344,7 @@ class BatchJournal:
             return
         await self.opening.wait()
         try:
-            await asyncio.wait_for(
-                close_journal(fleet.redis, fleet.keys, self.batch_id), JOURNAL_WRITE_TIMEOUT_S
-            )
+            async with asyncio.timeout(JOURNAL_WRITE_TIMEOUT_S):
+                await close_journal(fleet.redis, fleet.keys, self.batch_id)
         except (RedisError, OSError, TimeoutError) as exc:
             log.warning("batch %s: journal not closed: %r", self.batch_id, exc)

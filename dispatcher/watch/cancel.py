@@ -110,7 +110,8 @@ async def settle_calls(
     if not calls:
         return {}
     try:
-        running = await asyncio.wait_for(_running_sync(fleet, calls), SETTLE_TIMEOUT_S)
+        async with asyncio.timeout(SETTLE_TIMEOUT_S):
+            running = await _running_sync(fleet, calls)
     except (RedisError, OSError, TimeoutError) as exc:
         log.warning("could not tell which stopped sync calls were running: %r", exc)
         running = {}
@@ -124,7 +125,8 @@ async def settle_calls(
         if worker is not None:
             results[message.call_id].event["stopped_while_running"] = worker
     try:
-        stored = await asyncio.wait_for(_store_retrying(fleet, results), SETTLE_TIMEOUT_S)
+        async with asyncio.timeout(SETTLE_TIMEOUT_S):
+            stored = await _store_retrying(fleet, results)
         results.update(stored)
     except (RedisError, OSError, TimeoutError) as exc:
         log.warning("could not record %d stopped call(s): %r", len(results), exc)
@@ -214,7 +216,8 @@ async def _revoke(fleet: Fleet, calls: Sequence[tuple[CallMessage, Tool | None]]
         cancel_running(fleet.app, running_async)
 
     try:
-        await asyncio.wait_for(_in_daemon_thread(broadcast), SETTLE_TIMEOUT_S)
+        async with asyncio.timeout(SETTLE_TIMEOUT_S):
+            await _in_daemon_thread(broadcast)
     except Exception as exc:  # the broker may be down; the stored records still stop reruns
         log.warning("could not revoke %d call(s): %r", len(task_ids), exc)
 
@@ -228,7 +231,7 @@ async def _in_daemon_thread(function: Callable[[], None]) -> None:
 
     def settle(error: BaseException | None) -> None:
         if done.done():
-            return  # given up on (wait_for's timeout)
+            return  # given up on (the caller's timeout)
         if error is None:
             done.set_result(None)
         else:
