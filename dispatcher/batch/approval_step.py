@@ -99,7 +99,7 @@ async def _park_and_wait(
                 route={"queue": queue, "options": options},
                 ttl_s=fleet.settings.record_ttl_s,
             ),
-            fleet.settings.outage_limit_s,
+            fleet.contact.limit_s,
         )
     except (RedisError, OSError) as exc:
         raise BrokerError(

@@ -322,7 +322,11 @@ class BatchJournal:
         fleet, durable = self._fleet, self._durable
         try:
             error = await durable.drain(
-                fleet.redis, fleet.keys, fleet.settings.record_ttl_s, fleet.settings.outage_limit_s
+                fleet.redis,
+                fleet.keys,
+                fleet.settings.record_ttl_s,
+                fleet.contact.limit_s,
+                broker_reached=fleet.contact.reached,
             )
         finally:
             self._unregister()
@@ -333,7 +337,7 @@ class BatchJournal:
                     None,
                     self.branch_id,
                     f"{unwritten} call(s) of batch {self.batch_id} still not in Redis after "
-                    f"TOOLFLEET_OUTAGE_LIMIT_S={fleet.settings.outage_limit_s:g}s ({error}); "
+                    f"{fleet.contact.limit_text()} ({error}); "
                     f"the in-memory history has them; run `toolfleet recover "
                     f"{self.branch_id}` once Redis is back",
                     unwritten=unwritten,
