@@ -25,15 +25,16 @@ from toolfleet.dispatcher.send.direct import (
     publish_direct,
     watched,
 )
-from toolfleet.dispatcher.send.enqueue import is_outage
+from toolfleet.dispatcher.send.enqueue import enqueue_error, is_outage
 from toolfleet.dispatcher.watch.collector import Collector
+from toolfleet.dispatcher.watch.first_contact import BrokerContact
 from toolfleet.dispatcher.watch.loop_binding import LoopBinding
 from toolfleet.dispatcher.watch.outage_log import outage_log
 from toolfleet.dispatcher.watch.reconciler import Reconciler
 from toolfleet.schemas.errors import BrokerError, ConfigurationError
 from toolfleet.schemas.keys import Keys
-from toolfleet.schemas.outage import OutageRetry, through_outage
-from toolfleet.schemas.settings import ENV_PREFIX, Settings, masked_url
+from toolfleet.schemas.outage import OutageRetry
+from toolfleet.schemas.settings import ENV_PREFIX, Settings
 from toolfleet.schemas.tool import Tool
 from toolfleet.schemas.wire import CallMessage, CallResult
 from toolfleet.workers.app import create_app, redis_url_of
@@ -88,6 +89,8 @@ class Fleet(ApprovalDesk):
         # Secret argument names the workers announced for tools this dispatcher lacks.
         self._announced: dict[str, frozenset[str]] = {}
         self.approval_handlers: list[ApprovalHandler] = []
+        # Reached once: silence is then an outage, else most likely a wrong URL (first_contact).
+        self.contact = BrokerContact(self.settings)
 
     @classmethod
     def from_env(cls, *, registry: Registry | None = None, **overrides: Any) -> Fleet:
@@ -131,7 +134,12 @@ class Fleet(ApprovalDesk):
                 )
                 del self._bindings[stale]
             binding = LoopBinding(
-                self.redis_url, self.keys, self.settings, self._publish_raw, self._release
+                self.redis_url,
+                self.keys,
+                self.settings,
+                self._publish_raw,
+                self._release,
+                on_answer=self.contact.answered,
             )
             self._bindings[loop] = binding
             return binding
@@ -241,12 +249,13 @@ class Fleet(ApprovalDesk):
         before: LeadCommands | None = None,
     ) -> None:
         """Enqueue ``calls``, retrying through a broker outage up to
-        ``TOOLFLEET_OUTAGE_LIMIT_S`` (a broker restarting mid-batch must not fail
-        the calls not yet enqueued). A retry may enqueue a call twice; its call_id record
-        makes the second message a no-op (C7). ``before`` rides again with each retry on the
-        loop's own client (idempotent writes) and is settled once the messages are in or given
-        up; kombu's path sends it alone, which settles it (written, or the batch runs without),
-        so only on its first try. The retries follow the one outage policy,
+        ``TOOLFLEET_OUTAGE_LIMIT_S`` (a broker restarting mid-batch must not fail the calls not
+        yet enqueued), or ``TOOLFLEET_CONNECT_LIMIT_S`` for a broker never reached
+        (toolfleet.dispatcher.watch.first_contact). A retry may enqueue a call twice; its
+        call_id record makes the second message a no-op (C7). ``before`` rides again with each
+        retry on the loop's own client (idempotent writes) and is settled once the messages are
+        in or given up; kombu's path sends it alone, which settles it (written, or the batch
+        runs without), so only on its first try. The retries follow the one outage policy,
         toolfleet.schemas.outage."""
 
         lead: list[LeadCommands | None] = [before]  # None once sent alone
@@ -258,9 +267,8 @@ class Fleet(ApprovalDesk):
             outage_log(self.redis).failing("publisher", exc)
 
         try:
-            await through_outage(
+            await self.contact.retry(
                 lambda: self._publish_once(calls, bundle_size, lead),
-                self.settings.outage_limit_s,
                 retry_if=lambda exc: isinstance(exc, BrokerError) and is_outage(exc),
                 on_retry=retrying,
             )
@@ -299,7 +307,7 @@ class Fleet(ApprovalDesk):
         except BrokerError:
             raise
         except Exception as exc:
-            raise self._enqueue_error(len(calls), exc) from exc
+            raise enqueue_error(self.settings.broker_url, len(calls), exc) from exc
 
     async def _direct_publishing(self) -> bool:
         """Whether calls go out on the loop's client (toolfleet.dispatcher.send.direct) now."""
@@ -323,17 +331,9 @@ class Fleet(ApprovalDesk):
             steps = [before.add_to] if before is not None else []
             replies = await publish_direct(self.redis, encoded, steps)
         except Exception as exc:
-            raise self._enqueue_error(len(calls), exc) from exc
+            raise enqueue_error(self.settings.broker_url, len(calls), exc) from exc
         if before is not None:
             before.settle(next((r for r in replies if isinstance(r, Exception)), None))
-
-    def _enqueue_error(self, count: int, exc: BaseException) -> BrokerError:
-        """The error of a publish that failed, naming the broker with its password masked:
-        this text becomes the error of every call it fails, in results and history."""
-        return BrokerError(
-            f"could not enqueue {count} call(s) on {masked_url(self.settings.broker_url)!r}: "
-            f"{type(exc).__name__}: {masked_url(str(exc))}; check that the broker is running"
-        )
 
     async def aclose(self) -> None:
         """Close the running loop's clients and background tasks now.

@@ -50,6 +50,11 @@ class OutageRetry:
         """Seconds left before the limit (0 once it has passed)."""
         return max(0.0, self._deadline - self._clock())
 
+    @property
+    def next_pause_s(self) -> float:
+        """How long :meth:`pause` would wait now."""
+        return min(self._delay_s, self.left_s)
+
     async def pause(self) -> bool:
         """Wait before the next try (never past the limit); False, without waiting, once the
         limit has passed: give up."""

@@ -24,6 +24,7 @@ import redis.sentinel as sync_sentinel
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from toolfleet.schemas.errors import ConfigurationError
+from toolfleet.schemas.redis_cancel import keep_cancellations
 
 __all__ = [
     "REPLICA_WAIT_MS",
@@ -153,11 +154,12 @@ def sync_client(url: str, **options: Any) -> redis.Redis:
 
 
 def async_client(url: str, **options: Any) -> aioredis.Redis:
-    """The asyncio twin of :func:`sync_client`."""
+    """The asyncio twin of :func:`sync_client`, whose commands never swallow a cancellation
+    (:mod:`toolfleet.schemas.redis_cancel`)."""
     if not is_sentinel(url):
-        return aioredis.Redis.from_url(url, **options)
+        return keep_cancellations(aioredis.Redis.from_url(url, **options))
     client: aioredis.Redis = _primary_of(async_sentinel.Sentinel, url, options)
-    return client
+    return keep_cancellations(client)
 
 
 def _primary_of(sentinel_class: Any, url: str, options: dict[str, Any]) -> Any:
@@ -179,12 +181,12 @@ def async_pooled_client(url: str, *, max_connections: int, timeout: float) -> ai
         pool = aioredis.BlockingConnectionPool.from_url(
             url, max_connections=max_connections, timeout=timeout
         )
-        return aioredis.Redis(connection_pool=pool)
+        return keep_cancellations(aioredis.Redis(connection_pool=pool))
     options = {"max_connections": max_connections, "timeout": timeout}
     client: aioredis.Redis = _primary_of(
         async_sentinel.Sentinel, url, {"connection_pool_class": _BlockingSentinelPool, **options}
     )
-    return client
+    return keep_cancellations(client)
 
 
 def sentinel_views(url: str, *, timeout_s: float = 2.0) -> list[dict[str, Any]]:

@@ -53,6 +53,9 @@ class Settings(BaseModel):
     reconcile_grace_s: float = Field(default=5.0, gt=0)
     # How long history writes are retried, and calls awaited, through a broker outage.
     outage_limit_s: float = Field(default=120.0, gt=0)
+    # The same for a broker not reached yet (by this Fleet, or a starting worker): one that has
+    # never answered is most likely a wrong URL or a Redis not started, not an outage.
+    connect_limit_s: float = Field(default=10.0, gt=0)
     # Where the embedded default keeps its Redis socket, logs and Flower state.
     run_dir: str | None = None
     # Task events (Flower's view of each call) cost a PUBLISH per event: "monitor" sends them

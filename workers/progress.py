@@ -121,7 +121,8 @@ class ProgressReporter:
         if settled is None:
             return
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.wrap_future(settled), SETTLE_S)
+            async with asyncio.timeout(SETTLE_S):
+                await asyncio.wrap_future(settled)
 
     def take(self) -> _Report | None:
         """The report to send now (the sender thread); None when a newer send took it."""

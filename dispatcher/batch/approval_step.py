@@ -18,6 +18,7 @@ from toolfleet.dispatcher.govern.approvals import decide, expire, park, wait_for
 from toolfleet.dispatcher.govern.callbacks import call_user, callback_name, error_text
 from toolfleet.dispatcher.send.enqueue import send_options
 from toolfleet.dispatcher.watch.approval_events import announce_approval
+from toolfleet.dispatcher.watch.cancel import SETTLE_TIMEOUT_S
 from toolfleet.schemas.approval import ApprovalRequest
 from toolfleet.schemas.errors import ApprovalError, BrokerError
 from toolfleet.schemas.outage import through_outage
@@ -54,15 +55,34 @@ async def seek_approval(
     try:
         decided = await _park_and_wait(fleet, tool, message, request)
     except asyncio.CancelledError:
-        # C9: act() was cancelled while the call was parked: end it, so no one is asked to
-        # decide a call nothing waits for (a decision that landed first stands).
-        why = "its act() was cancelled before a decision"
-        await asyncio.shield(expire(fleet.redis, fleet.keys, request, by="cancel", why=why))
-        await asyncio.shield(announce_approval(fleet, tool, message, "withdrawn", why))
+        await _withdraw(fleet, tool, message, request)
         raise
     if not decided.approved:
         await announce_approval(fleet, tool, message, decided.state, decided.decision_reason)
     return decided
+
+
+async def _withdraw(
+    fleet: Fleet, tool: Tool, message: CallMessage, request: ApprovalRequest
+) -> None:
+    """C9: act() was cancelled while the call was parked: end it, so no one is asked to
+    decide a call nothing waits for (a decision that landed first stands). Shielded from a
+    second cancel, and bounded: a cancelled act() must end even when the broker does not
+    answer; the parked call then expires at its approval time by itself."""
+    why = "its act() was cancelled before a decision"
+    try:
+        async with asyncio.timeout(SETTLE_TIMEOUT_S):
+            await asyncio.shield(expire(fleet.redis, fleet.keys, request, by="cancel", why=why))
+            await asyncio.shield(announce_approval(fleet, tool, message, "withdrawn", why))
+    except TimeoutError:
+        log.warning(
+            "call %s of tool %r: act() was cancelled, but its parked approval could not be "
+            "withdrawn within %gs on %s; it expires by itself at its approval time",
+            message.call_id,
+            message.function,
+            SETTLE_TIMEOUT_S,
+            masked_url(fleet.settings.broker_url),
+        )
 
 
 async def _park_and_wait(
@@ -79,7 +99,7 @@ async def _park_and_wait(
                 route={"queue": queue, "options": options},
                 ttl_s=fleet.settings.record_ttl_s,
             ),
-            fleet.settings.outage_limit_s,
+            fleet.contact.limit_s,
         )
     except (RedisError, OSError) as exc:
         raise BrokerError(

@@ -61,7 +61,8 @@ class Deadline:
         if bound is None:
             return await future
         try:
-            return await asyncio.wait_for(asyncio.shield(future), max(bound, 0.0))
+            async with asyncio.timeout(max(bound, 0.0)):
+                return await asyncio.shield(future)
         except TimeoutError:
             raise self.error(message, by_batch=batch_s is not None and batch_s == bound) from None
 

@@ -263,20 +263,29 @@ class DurableLog:
             return None
 
     async def drain(
-        self, client: aioredis.Redis, keys: Keys, ttl_s: int, limit_s: float
+        self,
+        client: aioredis.Redis,
+        keys: Keys,
+        ttl_s: int,
+        limit_s: float,
+        *,
+        broker_reached: bool = True,
     ) -> str | None:
         """Retry the backlog until it is written or ``limit_s`` passes (the outage policy,
         toolfleet.schemas.outage); the last error if units are still unwritten then, else
         None. An outage already under way counts against the limit: a batch whose calls
-        waited out the outage does not wait a whole limit again for its history."""
-        limit_s = max(_MIN_DRAIN_S, limit_s - outage_log(client).down_for_s())
+        waited out the outage does not wait a whole limit again for its history, only
+        :data:`_MIN_DRAIN_S` more (none for a broker never reached: no outage to outlast)."""
+        at_least_s = _MIN_DRAIN_S if broker_reached else 0.0
+        limit_s = max(at_least_s, limit_s - outage_log(client).down_for_s())
         retry = OutageRetry(limit_s)
         while self._backlog or self._restore_pending:
             left_s = retry.left_s
             if left_s <= 0:
                 return self.last_error or "the outage limit passed"
             try:
-                error = await asyncio.wait_for(self.flush(client, keys, ttl_s), left_s)
+                async with asyncio.timeout(left_s):
+                    error = await self.flush(client, keys, ttl_s)
             except TimeoutError:
                 return self.last_error or f"no reply from Redis within {limit_s:g}s"
             if error is None:

@@ -241,10 +241,8 @@ class JournalOpening:
         """The claimer's write when it cannot ride in a publishing pipeline; then settled."""
         error: BaseException | None = None
         try:
-            await asyncio.wait_for(
-                write_journal(client, self._keys, self._unsent(), ttl_s=self._ttl_s),
-                JOURNAL_WRITE_TIMEOUT_S,
-            )
+            async with asyncio.timeout(JOURNAL_WRITE_TIMEOUT_S):
+                await write_journal(client, self._keys, self._unsent(), ttl_s=self._ttl_s)
         except (RedisError, OSError, TimeoutError) as exc:
             error = exc
         except BaseException as exc:
@@ -324,7 +322,11 @@ class BatchJournal:
         fleet, durable = self._fleet, self._durable
         try:
             error = await durable.drain(
-                fleet.redis, fleet.keys, fleet.settings.record_ttl_s, fleet.settings.outage_limit_s
+                fleet.redis,
+                fleet.keys,
+                fleet.settings.record_ttl_s,
+                fleet.contact.limit_s,
+                broker_reached=fleet.contact.reached,
             )
         finally:
             self._unregister()
@@ -335,7 +337,7 @@ class BatchJournal:
                     None,
                     self.branch_id,
                     f"{unwritten} call(s) of batch {self.batch_id} still not in Redis after "
-                    f"TOOLFLEET_OUTAGE_LIMIT_S={fleet.settings.outage_limit_s:g}s ({error}); "
+                    f"{fleet.contact.limit_text()} ({error}); "
                     f"the in-memory history has them; run `toolfleet recover "
                     f"{self.branch_id}` once Redis is back",
                     unwritten=unwritten,
@@ -346,8 +348,7 @@ class BatchJournal:
             return
         await self.opening.wait()
         try:
-            await asyncio.wait_for(
-                close_journal(fleet.redis, fleet.keys, self.batch_id), JOURNAL_WRITE_TIMEOUT_S
-            )
+            async with asyncio.timeout(JOURNAL_WRITE_TIMEOUT_S):
+                await close_journal(fleet.redis, fleet.keys, self.batch_id)
         except (RedisError, OSError, TimeoutError) as exc:
             log.warning("batch %s: journal not closed: %r", self.batch_id, exc)

@@ -16,12 +16,13 @@ from kombu.exceptions import OperationalError
 
 from toolfleet.dispatcher.send.bundles import publishing
 from toolfleet.schemas import tracing
+from toolfleet.schemas.errors import BrokerError
 from toolfleet.schemas.function_calling import redact
 from toolfleet.schemas.keys import Keys
 from toolfleet.schemas.limits import limit_wait_of
 from toolfleet.schemas.outage import broker_unreachable
 from toolfleet.schemas.redis_url import sync_client
-from toolfleet.schemas.settings import Settings
+from toolfleet.schemas.settings import Settings, masked_url
 from toolfleet.schemas.tasks import EXECUTE_TASK, task_id_for
 from toolfleet.schemas.tool import Tool
 from toolfleet.schemas.wire import CallMessage
@@ -30,6 +31,7 @@ from toolfleet.workers.app import redis_url_of, settings_of
 __all__ = [
     "ARGSREPR_MAX_CHARS",
     "cancel_running",
+    "enqueue_error",
     "hard_limit_s",
     "is_outage",
     "publish_calls",
@@ -40,6 +42,15 @@ __all__ = [
 
 # Flower and the worker log show at most this much of a call's arguments.
 ARGSREPR_MAX_CHARS = 1024
+
+
+def enqueue_error(broker_url: str | None, count: int, exc: BaseException) -> BrokerError:
+    """The error of a publish that failed, naming the broker with its password masked: this
+    text becomes the error of every call it fails, in results and history."""
+    return BrokerError(
+        f"could not enqueue {count} call(s) on {masked_url(str(broker_url))!r}: "
+        f"{type(exc).__name__}: {masked_url(str(exc))}; check that the broker is running"
+    )
 
 
 def hard_limit_s(soft_limit_s: float) -> float:

@@ -72,7 +72,8 @@ async def announce_approval(
     loop = asyncio.get_running_loop()
     sending = loop.run_in_executor(fleet.publishing_thread(), _send_sent_event, fleet.app, fields)
     try:
-        await asyncio.wait_for(sending, _SEND_TIMEOUT_S)
+        async with asyncio.timeout(_SEND_TIMEOUT_S):
+            await sending
     except Exception as exc:  # monitoring must not fail the call
         log.warning(
             "Flower was not told that call %s is %s: %s: %s",

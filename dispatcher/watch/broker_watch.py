@@ -64,6 +64,7 @@ class BrokerWatch:
         on_restart: Callable[[], None] | None = None,
         histories: Callable[[], Iterable[DurableLog]] = tuple,
         record_ttl_s: int | None = None,
+        on_answer: Callable[[], None] | None = None,
     ) -> None:
         self.client = client
         self.collector = collector
@@ -79,6 +80,7 @@ class BrokerWatch:
         # still holds the queued and reserved messages, and those calls are not lost.
         self.queues = tuple(queues)
         self.on_restart = on_restart  # told of each restart (the reconciler: see there)
+        self.on_answer = on_answer  # told of each answer (the fleet's first contact: see there)
         # Branch histories with a batch in flight, given back what a restart lost of them.
         self.histories = histories
         self.record_ttl_s = Settings().record_ttl_s if record_ttl_s is None else record_ttl_s
@@ -131,6 +133,8 @@ class BrokerWatch:
                     f"Redis and re-run the call if the tool is safe to repeat"
                 )
             return
+        if self.on_answer is not None:
+            self.on_answer()
         if self._down_since is not None:
             outage_log(self.client).answering("broker watch")
         self._down_since = None

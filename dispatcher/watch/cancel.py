@@ -58,14 +58,16 @@ def stopped_result(
     return not_run_result(message, tool, error, status=status, worker=None)
 
 
+# A call to stop: its message, its tool, the error it ends with, and the future of its record.
+_Straggler = tuple[CallMessage, Tool | None, BaseException, "asyncio.Future[CallResult]"]
+
+
 class StragglerBuffer:
     """Coalesces the stragglers of one loop tick into one :func:`settle_calls` round trip."""
 
     def __init__(self, fleet: Fleet) -> None:
         self._fleet = fleet
-        self._buffer: list[
-            tuple[CallMessage, Tool | None, BaseException, asyncio.Future[CallResult]]
-        ] = []
+        self._buffer: list[_Straggler] = []
         self._flusher: asyncio.Task[None] | None = None
 
     async def settle(
@@ -80,19 +82,38 @@ class StragglerBuffer:
         return await asyncio.shield(done)
 
     async def _flush(self) -> None:
-        await asyncio.sleep(0)  # every straggler of this tick joins the round trip
-        while self._buffer:
-            chunk, self._buffer = self._buffer, []
-            errors = {m.call_id: e for m, _, e, _ in chunk}
-            records = await settle_calls(
-                self._fleet,
-                [(m, t) for m, t, _, _ in chunk],
-                lambda m, errors=errors: errors[m.call_id],  # type: ignore[misc]
-                EventStatus.FAILED,
-            )
-            for message, _, _, done in chunk:
-                if not done.done():
-                    done.set_result(records[message.call_id])
+        chunk: list[_Straggler] = []
+        try:
+            await asyncio.sleep(0)  # every straggler of this tick joins the round trip
+            while self._buffer:
+                chunk, self._buffer = self._buffer, []
+                errors = {m.call_id: e for m, _, e, _ in chunk}
+                records = await settle_calls(
+                    self._fleet,
+                    [(m, t) for m, t, _, _ in chunk],
+                    lambda m, errors=errors: errors[m.call_id],  # type: ignore[misc]
+                    EventStatus.FAILED,
+                )
+                for message, _, _, done in chunk:
+                    if not done.done():
+                        done.set_result(records[message.call_id])
+        except asyncio.CancelledError:
+            self._end_waits(chunk, None)
+            raise
+        except Exception as exc:
+            self._end_waits(chunk, exc)  # the waiters raise it; nobody awaits this task
+
+    def _end_waits(self, chunk: list[_Straggler], error: Exception | None) -> None:
+        """Each waiter awaits its future and nothing else: a flush that ends any other way
+        than settling (an unexpected error; cancelled, when ``error`` is None) ends them too."""
+        pending, self._buffer = [*chunk, *self._buffer], []
+        for _, _, _, done in pending:
+            if done.done():
+                continue
+            if error is None:
+                done.cancel()
+            else:
+                done.set_exception(error)
 
 
 async def settle_calls(
@@ -110,7 +131,8 @@ async def settle_calls(
     if not calls:
         return {}
     try:
-        running = await asyncio.wait_for(_running_sync(fleet, calls), SETTLE_TIMEOUT_S)
+        async with asyncio.timeout(SETTLE_TIMEOUT_S):
+            running = await _running_sync(fleet, calls)
     except (RedisError, OSError, TimeoutError) as exc:
         log.warning("could not tell which stopped sync calls were running: %r", exc)
         running = {}
@@ -124,7 +146,8 @@ async def settle_calls(
         if worker is not None:
             results[message.call_id].event["stopped_while_running"] = worker
     try:
-        stored = await asyncio.wait_for(_store_retrying(fleet, results), SETTLE_TIMEOUT_S)
+        async with asyncio.timeout(SETTLE_TIMEOUT_S):
+            stored = await _store_retrying(fleet, results)
         results.update(stored)
     except (RedisError, OSError, TimeoutError) as exc:
         log.warning("could not record %d stopped call(s): %r", len(results), exc)
@@ -214,7 +237,8 @@ async def _revoke(fleet: Fleet, calls: Sequence[tuple[CallMessage, Tool | None]]
         cancel_running(fleet.app, running_async)
 
     try:
-        await asyncio.wait_for(_in_daemon_thread(broadcast), SETTLE_TIMEOUT_S)
+        async with asyncio.timeout(SETTLE_TIMEOUT_S):
+            await _in_daemon_thread(broadcast)
     except Exception as exc:  # the broker may be down; the stored records still stop reruns
         log.warning("could not revoke %d call(s): %r", len(task_ids), exc)
 
@@ -228,7 +252,7 @@ async def _in_daemon_thread(function: Callable[[], None]) -> None:
 
     def settle(error: BaseException | None) -> None:
         if done.done():
-            return  # given up on (wait_for's timeout)
+            return  # given up on (the caller's timeout)
         if error is None:
             done.set_result(None)
         else:

@@ -43,6 +43,8 @@ class LoopBinding:
         settings: Settings,
         publish: Publish,
         on_loop_end: Callable[[LoopBinding], Awaitable[None]],
+        *,
+        on_answer: Callable[[], None] | None = None,
     ) -> None:
         self.loop = asyncio.get_running_loop()
         # A Sentinel URL: a primary name no sentinel monitors is a ConfigurationError here,
@@ -74,6 +76,7 @@ class LoopBinding:
             queues=(settings.sync_queue, settings.async_queue),
             histories=lambda: list(self.histories),
             record_ttl_s=settings.record_ttl_s,
+            on_answer=on_answer,
         )
         self.watch.start()
         # A queue with no worker, or a message the broker lost, must not leave a

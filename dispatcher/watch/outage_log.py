@@ -72,7 +72,8 @@ class OutageLog:
         if first:
             log.warning(
                 "broker %s unreachable (%s); calls wait and history writes are retried until "
-                "it answers or TOOLFLEET_OUTAGE_LIMIT_S passes; a summary follows every %gs",
+                "it answers or TOOLFLEET_OUTAGE_LIMIT_S passes (TOOLFLEET_CONNECT_LIMIT_S for a "
+                "broker not reached yet); a summary follows every %gs",
                 self.name,
                 text,
                 SUMMARY_EVERY_S,

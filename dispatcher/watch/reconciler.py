@@ -154,7 +154,8 @@ class Reconciler:
         if task is not None:
             await cancel_and_wait(task)
         try:
-            await asyncio.wait_for(self.client.delete(self.keys.dispatcher(self.dispatcher_id)), 2)
+            async with asyncio.timeout(2):
+                await self.client.delete(self.keys.dispatcher(self.dispatcher_id))
         except (RedisError, OSError, TimeoutError):
             pass  # the key expires by itself
         await self.client.aclose()

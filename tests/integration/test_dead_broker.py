@@ -44,7 +44,9 @@ def test_a_broker_unreachable_from_the_start_aborts_each_call_within_the_limit(
     assert [r.status for r in results] == [EventStatus.ABORTED] * 3
     for result in results:
         assert result.error is not None
-        assert result.error.startswith("BrokerError: cannot enqueue calls on broker")
+        # Never reached: a wrong URL, given up on within the smaller of the two limits.
+        assert result.error.startswith("BrokerError: the broker redis://:***@127.0.0.1:1/0 never")
+        assert "TOOLFLEET_OUTAGE_LIMIT_S=3s" in result.error and "BROKER_URL" in result.error
         assert "redis://:***@127.0.0.1:1/0" in result.error and "hunter2" not in result.error
     lines = _broker_lines(caplog)
     assert sum("unreachable" in line for line in lines) == 1, lines

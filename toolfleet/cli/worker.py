@@ -152,7 +152,7 @@ def run_worker(
         signals.worker_process_shutdown.connect(_flush_spans, weak=False)
         signals.worker_shutdown.connect(_flush_spans, weak=False)
     app = create_app(settings, registry=registry)
-    _wait_for_broker(app, str(settings.broker_url))
+    _wait_for_broker(app, str(settings.broker_url), settings.connect_limit_s)
     _warn_without_persistence(app, str(settings.broker_url))
     queue = settings.queue_for(kind)
     if kind == "async":
@@ -182,35 +182,41 @@ def run_worker(
     return 0
 
 
-# A worker started together with its Redis (a compose stack, a boot script) waits this long
-# for it; past that, a broker that does not answer is a wrong setting, not a slow start.
-BROKER_WAIT_S = 10.0
+# While a starting worker's broker does not answer, it asks again this often.
+_PING_EVERY_S = 0.5
 
 
-def _wait_for_broker(app: Any, broker_url: str, wait_s: float = BROKER_WAIT_S) -> None:
+def _wait_for_broker(app: Any, broker_url: str, wait_s: float) -> None:
     """PING the broker until it answers; ConfigurationError (exit 2, one line) naming the
-    masked URL if it does not within ``wait_s`` or its host does not resolve."""
+    masked URL if it does not within ``wait_s`` (TOOLFLEET_CONNECT_LIMIT_S: a worker started
+    together with its Redis, by a compose stack or a boot script, waits that long for it; past
+    that, a broker that does not answer is a wrong setting, not a slow start) or its host
+    does not resolve. No ping starts that could not end within ``wait_s``."""
     import redis
 
     from toolfleet.schemas.redis_url import check_sentinel_master, sync_client
     from toolfleet.workers.app import redis_url_of
 
-    client = sync_client(redis_url_of(app), socket_connect_timeout=2.0, socket_timeout=2.0)
+    ping_s = min(2.0, wait_s)
+    client = sync_client(redis_url_of(app), socket_connect_timeout=ping_s, socket_timeout=ping_s)
     deadline = time.monotonic() + wait_s
     try:
         while True:
+            started = time.monotonic()
             try:
                 client.ping()
                 return
             except redis.RedisError as exc:
                 check_sentinel_master(redis_url_of(app))  # a wrong primary name
                 unknown_host = "Name or service not known" in str(exc)
-                if unknown_host or time.monotonic() > deadline:
+                took_s = time.monotonic() - started
+                if unknown_host or time.monotonic() + _PING_EVERY_S + took_s > deadline:
                     raise ConfigurationError(
-                        f"the broker {masked_url(broker_url)} does not answer ({exc}); check "
-                        f"that it is running, or fix {ENV_PREFIX}BROKER_URL"
+                        f"the broker {masked_url(broker_url)} does not answer within "
+                        f"{ENV_PREFIX}CONNECT_LIMIT_S={wait_s:g}s ({exc}); check that it is "
+                        f"running, or fix {ENV_PREFIX}BROKER_URL"
                     ) from None
-                time.sleep(0.5)
+                time.sleep(_PING_EVERY_S)
     finally:
         client.close()
 
