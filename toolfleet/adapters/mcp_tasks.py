@@ -201,8 +201,8 @@ class FleetTasks:
                 (result,) = await asyncio.shield(act)
             except asyncio.CancelledError:
                 act.cancel()
-                with contextlib.suppress(BaseException):
-                    await asyncio.wait_for(act, CANCEL_GRACE_S)
+                # asyncio.wait neither raises the act's outcome nor cancels it on time-out.
+                await asyncio.wait({act}, timeout=CANCEL_GRACE_S)
                 if act.cancelled() or record.call_id in self._cancelled:
                     await store.finish(record.task_id, "cancelled", None)
                     return
