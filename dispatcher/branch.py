@@ -6,6 +6,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from toolfleet.broker import tracing
 from toolfleet.dispatcher.accept.context import CallContext
 from toolfleet.dispatcher.batch.act import Batch
 from toolfleet.dispatcher.fleet import Fleet, default_fleet
@@ -17,7 +18,6 @@ from toolfleet.dispatcher.history.history import load_records
 from toolfleet.dispatcher.history.recorder import EventObserver, HistoryRecorder, MessageCallback
 from toolfleet.dispatcher.history.recover import recover_branch
 from toolfleet.dispatcher.watch.progress_relay import ProgressCallback
-from toolfleet.schemas import tracing
 from toolfleet.schemas.action import ActionResponseModel, CallParams, ToolInvocation
 from toolfleet.schemas.messages import Message
 from toolfleet.schemas.record import EventRecord

@@ -14,6 +14,7 @@ import redis.asyncio as aioredis
 from celery import Celery
 from redis.exceptions import RedisError
 
+from toolfleet.broker.outage import OutageRetry
 from toolfleet.dispatcher.govern.approval_desk import ApprovalDesk
 from toolfleet.dispatcher.govern.approvals import ApprovalHandler
 from toolfleet.dispatcher.history.durable import DurableLog
@@ -33,7 +34,6 @@ from toolfleet.dispatcher.watch.outage_log import outage_log
 from toolfleet.dispatcher.watch.reconciler import Reconciler
 from toolfleet.schemas.errors import BrokerError, ConfigurationError
 from toolfleet.schemas.keys import Keys
-from toolfleet.schemas.outage import OutageRetry
 from toolfleet.schemas.settings import ENV_PREFIX, Settings
 from toolfleet.schemas.tool import Tool
 from toolfleet.schemas.wire import CallMessage, CallResult
@@ -256,7 +256,7 @@ class Fleet(ApprovalDesk):
         retry on the loop's own client (idempotent writes) and is settled once the messages are
         in or given up; kombu's path sends it alone, which settles it (written, or the batch
         runs without), so only on its first try. The retries follow the one outage policy,
-        toolfleet.schemas.outage."""
+        toolfleet.broker.outage."""
 
         lead: list[LeadCommands | None] = [before]  # None once sent alone
         retried = False

@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from toolfleet.schemas.errors import ConfigurationError
-from toolfleet.schemas.redis_url import SENTINEL_EXAMPLE, is_sentinel, parse_sentinel
+from toolfleet.schemas.sentinel_url import SENTINEL_EXAMPLE, is_sentinel, parse_sentinel
 
 __all__ = ["ENV_PREFIX", "Settings", "check_broker_url", "masked_url"]
 
@@ -65,7 +65,7 @@ class Settings(BaseModel):
     # every 5 s); after the monitor leaves, events turn off within this many seconds.
     monitor_lease_s: float = Field(default=30.0, gt=0)
     # The primary's name in the sentinels' "sentinel monitor <name> ..." line; required with a
-    # sentinel:// broker URL (toolfleet.schemas.redis_url).
+    # sentinel:// broker URL (toolfleet.schemas.sentinel_url).
     sentinel_master: str | None = None
     # Call records and history count as written only once this many replicas acknowledge
     # them (WAIT after each such write; docs/reliability.md); 0 never waits.

@@ -40,7 +40,7 @@ class CallMessage(BaseModel):
     # then go to reply_to. Left out of the message when False, so a call that asks for none
     # is the message it always was (and a worker without progress support still reads it).
     progress: bool = Field(default=False, exclude_if=lambda listening: not listening)
-    # The dispatcher's trace context (toolfleet.schemas.tracing.carrier()): not part of the body, it
+    # The dispatcher's trace context (toolfleet.broker.tracing.carrier()): not part of the body, it
     # travels in the Celery message headers, so a worker's span joins the caller's trace.
     _trace: dict[str, str] | None = PrivateAttr(default=None)
 

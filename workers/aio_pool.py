@@ -24,7 +24,7 @@ from celery.concurrency.base import BasePool
 from kombu.serialization import loads as loads_message
 from kombu.serialization import prepare_accept_content
 
-from toolfleet.schemas import tracing
+from toolfleet.broker import tracing
 from toolfleet.schemas.status import EventStatus
 from toolfleet.schemas.tasks import EXECUTE_MANY_TASK
 from toolfleet.workers.bundle import execute_many_async

@@ -15,10 +15,10 @@ from typing import Any
 from celery import Celery, signals
 from kombu import Exchange, Queue
 
+from toolfleet.broker.liveness import MonitorWatch
 from toolfleet.schemas.errors import ConfigurationError
 from toolfleet.schemas.keys import Keys
-from toolfleet.schemas.liveness import MonitorWatch
-from toolfleet.schemas.redis_url import is_sentinel
+from toolfleet.schemas.sentinel_url import is_sentinel
 from toolfleet.schemas.settings import Settings
 from toolfleet.schemas.tasks import EXECUTE_TASK
 from toolfleet.workers.app_info import DEFAULT_BROKER_URL, redis_url_of, registry_of, settings_of

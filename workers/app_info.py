@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from celery import Celery
 
-from toolfleet.schemas.liveness import MonitorWatch
-from toolfleet.schemas.redis_url import with_master
+from toolfleet.broker.liveness import MonitorWatch
+from toolfleet.schemas.sentinel_url import with_master
 from toolfleet.schemas.settings import Settings
 from toolfleet.workers.registry import Registry
 
@@ -47,7 +47,7 @@ def monitor_watch_of(app: Celery) -> MonitorWatch | None:
 
 def redis_url_of(app: Celery) -> str:
     """The redis-py URL of the app's broker, where call records are kept (a Sentinel URL
-    carries its primary's name: build clients of it with toolfleet.schemas.redis_url)."""
+    carries its primary's name: build clients of it with toolfleet.broker.redis_url)."""
     settings: Settings | None = getattr(app, "toolfleet_settings", None)
     master = settings.sentinel_master if settings is not None else None
     return redis_url_from(str(app.conf.broker_url), master)

@@ -26,7 +26,7 @@ from typing import Any
 
 from celery import Celery, Task
 
-from toolfleet.schemas import tracing
+from toolfleet.broker import tracing
 from toolfleet.schemas.errors import MalformedRequestError
 from toolfleet.schemas.record import not_run_result
 from toolfleet.schemas.status import EventStatus

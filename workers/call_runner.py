@@ -19,7 +19,7 @@ from typing import Any
 from celery.exceptions import SoftTimeLimitExceeded
 from pydantic import ValidationError
 
-from toolfleet.schemas import tracing
+from toolfleet.broker import tracing
 from toolfleet.schemas.errors import (
     MalformedRequestError,
     RateLimitedError,
@@ -82,7 +82,7 @@ async def execute_async(
     CANCELLED when ``cancel_is_final()`` (a user cancel); otherwise (worker shutdown) it
     propagates and leaves the started marker, so a redelivery applies the worker-lost rule.
     ``pool`` is the kind of pool running this (None skips the kind check, toolfleet.workers.guard).
-    ``trace``: the message's ``toolfleet.schemas.tracing.TRACE_HEADER`` value, so the worker's span
+    ``trace``: the message's ``toolfleet.broker.tracing.TRACE_HEADER`` value, so the worker's span
     joins the dispatcher's trace.
     """
     msg = _parse(message)

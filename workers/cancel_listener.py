@@ -7,8 +7,8 @@ import asyncio
 import logging
 from collections.abc import Callable
 
+from toolfleet.broker.redis_url import async_client
 from toolfleet.schemas.keys import Keys
-from toolfleet.schemas.redis_url import async_client
 from toolfleet.workers.runtime import WorkerRuntime
 
 __all__ = ["listen_for_cancels"]

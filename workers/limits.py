@@ -26,11 +26,11 @@ from dataclasses import dataclass
 import redis
 import redis.asyncio as aioredis
 
+from toolfleet.broker.liveness import HEARTBEAT_STALE_S
+from toolfleet.broker.outage import through_outage
 from toolfleet.schemas.errors import RateLimitedError
 from toolfleet.schemas.keys import Keys
 from toolfleet.schemas.limits import LimitScope, limit_scope, limit_wait_of, retry_after_text
-from toolfleet.schemas.liveness import HEARTBEAT_STALE_S
-from toolfleet.schemas.outage import through_outage
 from toolfleet.schemas.tool import Tool
 from toolfleet.schemas.wire import CallMessage
 from toolfleet.workers.limit_scripts import SLOT_ACQUIRE_SCRIPT, TOKEN_BUCKET_SCRIPT
@@ -47,7 +47,7 @@ __all__ = [
 ]
 
 # A slot's lease: renewed by the heartbeat every HEARTBEAT_INTERVAL_S, lapsed as the call's
-# started marker goes stale (the worker is lost, toolfleet.schemas.liveness).
+# started marker goes stale (the worker is lost, toolfleet.broker.liveness).
 SLOT_LEASE_S = HEARTBEAT_STALE_S
 # What a caller refused a slot is told to wait: when a running call ends is not known.
 SLOT_RETRY_AFTER_S = 1.0

@@ -11,7 +11,7 @@ its task events off again.
 Dispatchers learn about the monitor from the workers: a worker holding a lease records it in
 the hash ``Keys.monitor()`` (hostname → lease expiry, epoch seconds), and the dispatcher sends
 task-sent events only while some lease there is live (:func:`is_watched`, re-read at most once
-a second: :class:`toolfleet.schemas.liveness.MonitorWatch`, which the dispatcher's direct
+a second: :class:`toolfleet.broker.liveness.MonitorWatch`, which the dispatcher's direct
 publishing path asks too). ``TOOLFLEET_TASK_EVENTS=always`` keeps every event on, as plain
 Celery with ``-E``.
 """
@@ -25,10 +25,10 @@ from typing import Any
 import redis
 from celery import Celery
 
-from toolfleet.schemas import liveness
+from toolfleet.broker import liveness
+from toolfleet.broker.liveness import WATCH_CACHE_S
+from toolfleet.broker.redis_url import sync_client
 from toolfleet.schemas.keys import Keys
-from toolfleet.schemas.liveness import WATCH_CACHE_S
-from toolfleet.schemas.redis_url import sync_client
 from toolfleet.workers.app_info import monitor_watch_of, redis_url_of, settings_of
 from toolfleet.workers.celery_internals import every, task_events_off
 
@@ -134,7 +134,7 @@ def live_leases(client: redis.Redis, key: str, now_s: float | None = None) -> di
 
 def is_watched(app: Celery) -> bool:
     """Whether a monitor watches ``app``'s fleet now (dispatcher side, cached WATCH_CACHE_S
-    by the app's :class:`~toolfleet.schemas.liveness.MonitorWatch`)."""
+    by the app's :class:`~toolfleet.broker.liveness.MonitorWatch`)."""
     watch = monitor_watch_of(app)
     if watch is None:
         return True  # not a toolfleet app: Celery's behaviour, every event sent

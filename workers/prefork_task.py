@@ -14,7 +14,7 @@ import redis
 from celery import Celery, Task, signals
 from celery.exceptions import Ignore, SoftTimeLimitExceeded, TimeLimitExceeded
 
-from toolfleet.schemas import tracing
+from toolfleet.broker import tracing
 from toolfleet.schemas.errors import ToolTimeoutError
 from toolfleet.schemas.status import EventStatus
 from toolfleet.schemas.tasks import EXECUTE_TASK

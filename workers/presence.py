@@ -18,9 +18,9 @@ from typing import Any
 import redis
 from celery import Celery, signals
 
+from toolfleet.broker.liveness import PRESENCE_STALE_S, live_since
+from toolfleet.broker.redis_url import sync_client
 from toolfleet.schemas.keys import Keys
-from toolfleet.schemas.liveness import PRESENCE_STALE_S, live_since
-from toolfleet.schemas.redis_url import sync_client
 from toolfleet.workers.app_info import redis_url_of, settings_of
 from toolfleet.workers.app_signals import connect as connect_signal
 from toolfleet.workers.celery_internals import consumed_queues

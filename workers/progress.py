@@ -36,8 +36,8 @@ from typing import Any
 
 import redis
 
+from toolfleet.broker.redis_url import sync_client
 from toolfleet.schemas.progress import ProgressReport, encode
-from toolfleet.schemas.redis_url import sync_client
 from toolfleet.schemas.settings import Settings
 from toolfleet.schemas.wire import CallMessage
 from toolfleet.workers.app_info import redis_url_from

@@ -16,15 +16,15 @@ from typing import Any
 import redis
 import redis.asyncio as aioredis
 
-from toolfleet.schemas.keys import Keys
-from toolfleet.schemas.liveness import HEARTBEAT_STALE_S, StartedMarker
-from toolfleet.schemas.outage import through_outage
-from toolfleet.schemas.redis_url import (
+from toolfleet.broker.liveness import HEARTBEAT_STALE_S, StartedMarker
+from toolfleet.broker.outage import through_outage
+from toolfleet.broker.redis_url import (
     async_pooled_client,
     sync_client,
     wait_for_replicas,
     wait_for_replicas_sync,
 )
+from toolfleet.schemas.keys import Keys
 from toolfleet.schemas.settings import Settings
 from toolfleet.schemas.wire import CallResult
 from toolfleet.workers.limit_scripts import SLOT_RENEW_SCRIPT
@@ -49,7 +49,7 @@ __all__ = [
     "read_begin",
 ]
 
-# A running call refreshes its started marker this often (toolfleet.schemas.liveness says when a
+# A running call refreshes its started marker this often (toolfleet.broker.liveness says when a
 # marker is stale).
 HEARTBEAT_INTERVAL_S = 2.0
 # Redis connections one asyncio worker process opens at most, and how long a coroutine
@@ -245,7 +245,7 @@ class AsyncRecordStore:
 
     async def through_outage(self, operation: Callable[[], Awaitable[Any]]) -> Any:
         """Run ``operation``, retrying a broker connection error or timeout with backoff for
-        up to ``outage_limit_s`` (toolfleet.schemas.outage): a stall shorter than the limit
+        up to ``outage_limit_s`` (toolfleet.broker.outage): a stall shorter than the limit
         fails no call."""
         return await through_outage(operation, self.outage_limit_s)
 

@@ -17,8 +17,8 @@ from typing import Any
 import redis
 from celery import Celery, signals
 
+from toolfleet.broker.redis_url import sync_client
 from toolfleet.schemas.keys import Keys
-from toolfleet.schemas.redis_url import sync_client
 from toolfleet.workers.app_info import redis_url_of, registry_of, settings_of
 from toolfleet.workers.app_signals import connect as connect_signal
 

@@ -13,6 +13,7 @@ import time
 
 from redis.exceptions import RedisError
 
+from toolfleet.broker.outage import through_outage
 from toolfleet.dispatcher.fleet import Fleet
 from toolfleet.dispatcher.govern.approvals import decide, expire, park, wait_for_decision
 from toolfleet.dispatcher.govern.callbacks import call_user, callback_name, error_text
@@ -21,7 +22,6 @@ from toolfleet.dispatcher.watch.approval_events import announce_approval
 from toolfleet.dispatcher.watch.cancel import SETTLE_TIMEOUT_S
 from toolfleet.schemas.approval import ApprovalRequest
 from toolfleet.schemas.errors import ApprovalError, BrokerError
-from toolfleet.schemas.outage import through_outage
 from toolfleet.schemas.record import bounded_arguments, shown_arguments
 from toolfleet.schemas.settings import masked_url
 from toolfleet.schemas.tool import Tool

@@ -21,6 +21,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from toolfleet.broker import tracing
 from toolfleet.dispatcher.accept.context import CallContext
 from toolfleet.dispatcher.batch.approval_step import seek_approval
 from toolfleet.dispatcher.batch.deadline import Deadline
@@ -43,7 +44,6 @@ from toolfleet.dispatcher.send.publisher import Publisher
 from toolfleet.dispatcher.watch.approval_events import announce_approval
 from toolfleet.dispatcher.watch.cancel import StragglerBuffer, stopped_result
 from toolfleet.dispatcher.watch.progress_relay import ProgressRelay
-from toolfleet.schemas import tracing
 from toolfleet.schemas.action import CallParams
 from toolfleet.schemas.contract import check_arguments
 from toolfleet.schemas.errors import (

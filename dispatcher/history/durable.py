@@ -29,10 +29,10 @@ from typing import Any, NamedTuple
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
+from toolfleet.broker.outage import OutageRetry, broker_unreachable
+from toolfleet.broker.redis_url import replica_acks_of, wait_for_replicas
 from toolfleet.dispatcher.watch.outage_log import outage_log
 from toolfleet.schemas.keys import Keys
-from toolfleet.schemas.outage import OutageRetry, broker_unreachable
-from toolfleet.schemas.redis_url import replica_acks_of, wait_for_replicas
 
 __all__ = ["APPEND_SCRIPT", "Chunk", "DurableLog", "Progress", "append_chunk", "replace_history"]
 
@@ -272,7 +272,7 @@ class DurableLog:
         broker_reached: bool = True,
     ) -> str | None:
         """Retry the backlog until it is written or ``limit_s`` passes (the outage policy,
-        toolfleet.schemas.outage); the last error if units are still unwritten then, else
+        toolfleet.broker.outage); the last error if units are still unwritten then, else
         None. An outage already under way counts against the limit: a batch whose calls
         waited out the outage does not wait a whole limit again for its history, only
         :data:`_MIN_DRAIN_S` more (none for a broker never reached: no outage to outlast)."""

@@ -15,13 +15,13 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+from toolfleet.broker import tracing
 from toolfleet.dispatcher.fleet import Fleet
 from toolfleet.dispatcher.govern.callbacks import call_user, callback_name, error_text
 from toolfleet.dispatcher.govern.hooks import HookBus
 from toolfleet.dispatcher.govern.session_signals import CallbackFailed, HistoryWriteFailed, Signal
 from toolfleet.dispatcher.history.durable import Progress
 from toolfleet.dispatcher.history.history import BranchHistory, Unit
-from toolfleet.schemas import tracing
 from toolfleet.schemas.messages import Message
 from toolfleet.schemas.record import EventRecord
 from toolfleet.schemas.status import EventStatus

@@ -16,7 +16,7 @@ import redis
 from celery import Celery
 from kombu.exceptions import KombuError, OperationalError
 
-from toolfleet.schemas import tracing
+from toolfleet.broker import tracing
 from toolfleet.schemas.errors import BrokerError, ConfigurationError
 from toolfleet.schemas.settings import masked_url
 from toolfleet.schemas.tasks import EXECUTE_MANY_TASK

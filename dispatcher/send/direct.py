@@ -85,7 +85,7 @@ def direct_publish_possible(app: Celery) -> bool:
 
 async def watched(app: Celery, client: aioredis.Redis) -> bool:
     """:func:`toolfleet.workers.monitor.is_watched` read on the loop's client (the app's one
-    :class:`~toolfleet.schemas.liveness.MonitorWatch`, re-read at most once a second), so the
+    :class:`~toolfleet.broker.liveness.MonitorWatch`, re-read at most once a second), so the
     loop never blocks on a synchronous read. Raises the client's error when it cannot read."""
     watch = monitor_watch_of(app)
     return True if watch is None else await watch.read_async(client)

@@ -14,14 +14,14 @@ import redis
 from celery import Celery
 from kombu.exceptions import OperationalError
 
+from toolfleet.broker import tracing
+from toolfleet.broker.outage import broker_unreachable
+from toolfleet.broker.redis_url import sync_client
 from toolfleet.dispatcher.send.bundles import publishing
-from toolfleet.schemas import tracing
 from toolfleet.schemas.errors import BrokerError
 from toolfleet.schemas.function_calling import redact
 from toolfleet.schemas.keys import Keys
 from toolfleet.schemas.limits import limit_wait_of
-from toolfleet.schemas.outage import broker_unreachable
-from toolfleet.schemas.redis_url import sync_client
 from toolfleet.schemas.settings import Settings, masked_url
 from toolfleet.schemas.tasks import EXECUTE_TASK, task_id_for
 from toolfleet.schemas.tool import Tool

@@ -14,9 +14,9 @@ import math
 from collections.abc import Sequence
 from typing import Literal
 
+from toolfleet.broker import tracing
 from toolfleet.dispatcher.fleet import Fleet
 from toolfleet.dispatcher.send.direct import LeadCommands
-from toolfleet.schemas import tracing
 from toolfleet.schemas.tool import Tool
 from toolfleet.schemas.wire import CallMessage
 

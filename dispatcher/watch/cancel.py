@@ -21,10 +21,10 @@ from collections.abc import Callable, Sequence
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
+from toolfleet.broker.liveness import StartedMarker
+from toolfleet.broker.redis_url import replica_acks_of, wait_for_replicas
 from toolfleet.dispatcher.fleet import Fleet
-from toolfleet.schemas.liveness import StartedMarker
 from toolfleet.schemas.record import not_run_result
-from toolfleet.schemas.redis_url import replica_acks_of, wait_for_replicas
 from toolfleet.schemas.status import EventStatus
 from toolfleet.schemas.tool import Tool
 from toolfleet.schemas.wire import CallMessage, CallResult

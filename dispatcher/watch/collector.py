@@ -32,10 +32,10 @@ import redis.asyncio as aioredis
 from pydantic import ValidationError
 from redis.exceptions import RedisError, ResponseError
 
+from toolfleet.broker.redis_url import async_client
 from toolfleet.dispatcher.watch.outage_log import outage_log
 from toolfleet.dispatcher.watch.stopping import cancel_and_wait, raise_if_cancelled
 from toolfleet.schemas.progress import ProgressReport, decode, is_progress
-from toolfleet.schemas.redis_url import async_client
 from toolfleet.schemas.wire import CallResult
 
 __all__ = ["Collector", "connect"]

@@ -17,8 +17,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
+from toolfleet.broker.outage import OutageRetry
 from toolfleet.schemas.errors import BrokerError
-from toolfleet.schemas.outage import OutageRetry
 from toolfleet.schemas.settings import ENV_PREFIX, Settings, masked_url
 
 __all__ = ["BrokerContact"]
@@ -62,7 +62,7 @@ class BrokerContact:
     ) -> T:
         """``await operation()``, tried again while it fails with an error ``retry_if`` accepts
         (the broker is unreachable) and :attr:`limit_s` has not passed (the one outage policy,
-        toolfleet.schemas.outage); an answer marks the broker reached.
+        toolfleet.broker.outage); an answer marks the broker reached.
 
         Before the broker was ever reached the limit is a promise to the caller: no try starts
         that could not end within it (the longest try so far tells), and the last error becomes

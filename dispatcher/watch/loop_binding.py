@@ -15,16 +15,16 @@ import uuid
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import TYPE_CHECKING
 
+from toolfleet.broker.redis_url import (
+    async_client,
+    check_sentinel_master,
+    require_replica_acks,
+)
 from toolfleet.dispatcher.history.durable import DurableLog
 from toolfleet.dispatcher.watch.broker_watch import BrokerWatch
 from toolfleet.dispatcher.watch.collector import Collector, connect
 from toolfleet.dispatcher.watch.reconciler import Reconciler
 from toolfleet.schemas.keys import Keys
-from toolfleet.schemas.redis_url import (
-    async_client,
-    check_sentinel_master,
-    require_replica_acks,
-)
 from toolfleet.schemas.settings import Settings
 
 if TYPE_CHECKING:

@@ -19,13 +19,13 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
+from toolfleet.broker.liveness import StartedMarker
 from toolfleet.dispatcher.send.kombu_internals import (
     decode_message,
     read_queued_and_reserved,
     split_queued_and_reserved,
 )
 from toolfleet.schemas.keys import Keys
-from toolfleet.schemas.liveness import StartedMarker
 from toolfleet.schemas.tasks import EXECUTE_TASK
 
 __all__ = ["NowhereTwice", "Place", "Sighting", "call_ids_of", "locate"]

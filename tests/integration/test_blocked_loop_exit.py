@@ -4,7 +4,7 @@ its own event loop for a moment.
 ``asyncio.run`` cancels a failed program's leftover tasks once. A pending act() must end on
 that one cancel (C9: its parked call withdrawn), whatever the loop turn it lands in: a cancel
 lost inside a Redis command left the approval wait polling for its whole approval time
-(toolfleet.schemas.redis_cancel). The program (tests/support/blocked_loop_exit.py) runs in a
+(toolfleet.broker.redis_cancel). The program (tests/support/blocked_loop_exit.py) runs in a
 process of its own against real workers, as its author ran it.
 """
 

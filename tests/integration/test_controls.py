@@ -22,12 +22,12 @@ import redis
 from tests.support.fleet import call, collect_replies, private_workers, run
 from tests.support.overlap import most_at_once as peak_of
 from toolfleet import NoCurrentCallError, RateLimitedError, current_call
+from toolfleet.broker.liveness import StartedMarker
 from toolfleet.dispatcher import Branch, Fleet
 from toolfleet.dispatcher.accept.context import call_id_for
 from toolfleet.dispatcher.send.enqueue import publish_calls
 from toolfleet.schemas.action import ActionResponseModel, CallParams
 from toolfleet.schemas.keys import Keys
-from toolfleet.schemas.liveness import StartedMarker
 from toolfleet.schemas.settings import Settings
 from toolfleet.schemas.status import EventStatus
 from toolfleet.schemas.wire import CallMessage

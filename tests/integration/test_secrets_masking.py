@@ -27,11 +27,11 @@ import redis
 from tests.support.fleet import REPO_ROOT, WorkerProcess, call, start_worker
 from tests.support.redis_server import PrivateRedis
 from tests.support.waiting import until, until_async
+from toolfleet.broker.liveness import MonitorWatch
 from toolfleet.dispatcher import Branch, Fleet
 from toolfleet.embedded.processes import free_port
 from toolfleet.schemas.action import ActionResponseModel, CallParams
 from toolfleet.schemas.keys import Keys
-from toolfleet.schemas.liveness import MonitorWatch
 from toolfleet.schemas.provider import anthropic_tool_result, openai_tool_message, result_text
 from toolfleet.schemas.settings import Settings
 from toolfleet.schemas.status import EventStatus

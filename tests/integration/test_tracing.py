@@ -30,11 +30,11 @@ from opentelemetry.sdk.trace.sampling import (
 from tests.support.fleet import REPO_ROOT, WorkerProcess, call, own_queues, run, start_worker
 from tests.support.otlp_collector import OtlpCollector, ReceivedSpan
 from tests.support.waiting import until
+from toolfleet.broker.tracing import configure_from_env
 from toolfleet.dispatcher import Branch, Fleet, Session
 from toolfleet.schemas.action import ActionResponseModel, CallParams
 from toolfleet.schemas.settings import Settings
 from toolfleet.schemas.status import EventStatus
-from toolfleet.schemas.tracing import configure_from_env
 
 SECRET = f"sk-trace-{uuid.uuid4().hex}"
 _exporter: InMemorySpanExporter | None = None
@@ -285,7 +285,7 @@ def test_without_the_extra_tracing_is_a_no_op() -> None:
     code = (
         "import sys\n"
         "sys.modules['opentelemetry'] = None\n"
-        "from schemas import tracing\n"
+        "from toolfleet.broker import tracing\n"
         "assert not tracing.enabled()\n"
         "with tracing.span('x', {'a': 1}) as s:\n"
         "    assert s is None\n"

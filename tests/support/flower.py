@@ -21,8 +21,8 @@ import pytest
 
 from tests.support.fleet import WorkerProcess
 from tests.support.waiting import until
+from toolfleet.broker.redis_url import sync_client
 from toolfleet.embedded.processes import free_port, reap_with_this_process, release_group
-from toolfleet.schemas.redis_url import sync_client
 from toolfleet.schemas.settings import Settings
 from toolfleet.workers.app_info import redis_url_from
 from toolfleet.workers.monitor import live_leases

@@ -13,6 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # Where each part of the toolfleet package lives in the checkout.
 PARTS = {
     "toolfleet.schemas": ROOT / "schemas",
+    "toolfleet.broker": ROOT / "toolfleet" / "broker",
     "toolfleet.dispatcher": ROOT / "dispatcher",
     "toolfleet.workers": ROOT / "workers",
     "toolfleet.cli": ROOT / "toolfleet" / "cli",
@@ -187,6 +188,15 @@ def _imports_from(package: str, forbidden: frozenset[str]) -> list[str]:
 def test_schemas_import_nothing_else_of_ours() -> None:
     wrong = _imports_from("toolfleet.schemas", frozenset(PARTS) - {"toolfleet.schemas"})
     assert wrong == [], "schemas/ is the wire contract and imports nothing else of ours:\n" + (
+        "\n".join(wrong)
+    )
+
+
+def test_broker_imports_only_schemas() -> None:
+    wrong = _imports_from(
+        "toolfleet.broker", frozenset(PARTS) - {"toolfleet.schemas", "toolfleet.broker"}
+    )
+    assert wrong == [], "broker/ is the runtime both sides share; it imports only schemas/:\n" + (
         "\n".join(wrong)
     )
 

@@ -12,14 +12,14 @@ from typing import Any
 import pytest
 import redis
 
+from toolfleet.broker.liveness import WATCH_CACHE_S, MonitorWatch, live_leases
+from toolfleet.broker.outage import FIRST_DELAY_S, OutageRetry, through_outage
 from toolfleet.dispatcher.govern.callbacks import call_user, callback_name, error_text
 from toolfleet.dispatcher.govern.hooks import HookBus, HookPoint
 from toolfleet.dispatcher.govern.permissions import PermissionPolicy
 from toolfleet.dispatcher.watch.whereabouts import NowhereTwice, Place
 from toolfleet.schemas.action import ToolInvocation
 from toolfleet.schemas.keys import Keys
-from toolfleet.schemas.liveness import WATCH_CACHE_S, MonitorWatch, live_leases
-from toolfleet.schemas.outage import FIRST_DELAY_S, OutageRetry, through_outage
 from toolfleet.schemas.settings import Settings, masked_url
 
 # -- the queue a call goes to ---------------------------------------------------------------

@@ -1,5 +1,5 @@
 """Every asyncio client toolfleet builds sends through a connection that keeps a cancellation
-(toolfleet.schemas.redis_cancel); the test that it does keep one, with a real program, is
+(toolfleet.broker.redis_cancel); the test that it does keep one, with a real program, is
 tests/integration/test_blocked_loop_exit.py."""
 
 from __future__ import annotations
@@ -8,8 +8,9 @@ import pytest
 from redis.asyncio.connection import SSLConnection, UnixDomainSocketConnection
 from redis.asyncio.sentinel import SentinelManagedConnection
 
-from toolfleet.schemas.redis_cancel import _KeepsCancellation
-from toolfleet.schemas.redis_url import async_client, async_pooled_client, with_master
+from toolfleet.broker.redis_cancel import _KeepsCancellation
+from toolfleet.broker.redis_url import async_client, async_pooled_client
+from toolfleet.schemas.sentinel_url import with_master
 
 URLS = {
     "redis://127.0.0.1:1/0": None,

@@ -202,9 +202,10 @@ def running_by_worker(client: Any, keys: Any) -> Counter[str]:
 def fleet_status(settings: Settings, *, timeout_s: float) -> dict[str, Any]:
     """Workers online (with their running calls), queue depths and calls in flight."""
 
+    from toolfleet.broker.redis_url import sentinel_views, sync_client
     from toolfleet.dispatcher.send.kombu_internals import count_reserved
     from toolfleet.schemas.keys import Keys
-    from toolfleet.schemas.redis_url import is_sentinel, sentinel_views, sync_client
+    from toolfleet.schemas.sentinel_url import is_sentinel
     from toolfleet.workers.app import create_app, redis_url_of
 
     app = create_app(settings)

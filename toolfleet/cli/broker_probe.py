@@ -10,8 +10,8 @@ from typing import Any
 import redis
 from kombu.exceptions import ChannelError
 
+from toolfleet.broker.redis_url import check_sentinel_master, sync_client
 from toolfleet.schemas.errors import ConfigurationError
-from toolfleet.schemas.redis_url import check_sentinel_master, sync_client
 from toolfleet.schemas.settings import ENV_PREFIX, masked_url
 
 __all__ = ["check_reachable", "queue_depths"]

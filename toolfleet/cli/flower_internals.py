@@ -20,7 +20,8 @@ from typing import Any
 from celery import Celery, states
 from celery.events.state import Task
 
-from toolfleet.schemas.redis_url import async_client, is_sentinel
+from toolfleet.broker.redis_url import async_client
+from toolfleet.schemas.sentinel_url import is_sentinel
 from toolfleet.schemas.tasks import EXECUTE_TASK
 
 __all__ = [
@@ -122,7 +123,7 @@ def track_calls(state: Any) -> None:
 
 def ask_every_sentinel(redis_url: str) -> None:
     """Let Flower's Broker page and ``/api/queues/length`` find a Sentinel primary through
-    every sentinel of ``redis_url`` (a URL naming its primary, toolfleet.schemas.redis_url).
+    every sentinel of ``redis_url`` (a URL naming its primary, toolfleet.broker.redis_url).
 
     Flower builds its Sentinel client from the first URL of kombu's failover list alone, so
     while that one sentinel is down it shows no queue lengths (its API answers 500), though

@@ -72,9 +72,9 @@ def _calls_count(text: str) -> int:
 def load_history(settings: Settings, branch_id: str) -> tuple[list[Any], list[EventRecord]]:
     """The messages and event records stored for ``branch_id``, in written order."""
 
+    from toolfleet.broker.redis_url import async_client
     from toolfleet.dispatcher.history.history import load_records
     from toolfleet.schemas.keys import Keys
-    from toolfleet.schemas.redis_url import async_client
     from toolfleet.workers.app import create_app, redis_url_of
 
     app = create_app(settings)

@@ -142,8 +142,8 @@ def _serve_command(args: argparse.Namespace) -> int:
 
     if args.transport == "http":
         _check_port_free(args.host, args.port)  # before any fleet starts
+    from toolfleet.broker import tracing
     from toolfleet.embedded import resolve_fleet
-    from toolfleet.schemas import tracing
 
     tracing.configure_from_env("toolfleet-mcp", console=sys.stderr if protocol else None)
     if not settings.broker_url:

@@ -10,7 +10,7 @@ from typing import Any
 
 from celery import signals
 
-from toolfleet.schemas import tracing
+from toolfleet.broker import tracing
 from toolfleet.schemas.errors import ConfigurationError
 from toolfleet.schemas.settings import ENV_PREFIX, Settings, masked_url
 
@@ -194,7 +194,7 @@ def _wait_for_broker(app: Any, broker_url: str, wait_s: float) -> None:
     does not resolve. No ping starts that could not end within ``wait_s``."""
     import redis
 
-    from toolfleet.schemas.redis_url import check_sentinel_master, sync_client
+    from toolfleet.broker.redis_url import check_sentinel_master, sync_client
     from toolfleet.workers.app import redis_url_of
 
     ping_s = min(2.0, wait_s)
@@ -226,8 +226,8 @@ def _warn_without_persistence(app: Any, broker_url: str) -> None:
     (or cannot say, a managed Redis refusing CONFIG); never a failure."""
     import redis
 
+    from toolfleet.broker.redis_url import sync_client
     from toolfleet.cli.broker_topology import persistence, persistence_warning
-    from toolfleet.schemas.redis_url import sync_client
     from toolfleet.workers.app import redis_url_of
 
     client = sync_client(redis_url_of(app), socket_connect_timeout=2.0, socket_timeout=2.0)

@@ -4,7 +4,7 @@ A broker URL is ``redis://``/``rediss://`` (a host), ``unix://`` (a socket: komb
 ``redis+socket://`` spelled the redis-py way) or ``sentinel://h1:26379;sentinel://h2:26379``
 (Redis Sentinel: the sentinels to ask, ``;``-separated, as kombu spells it; the first one may
 carry ``:password@`` and ``/db`` for the primary). A Sentinel URL only works with the name of
-the primary the sentinels watch (``TOOLFLEET_SENTINEL_MASTER``): :func:`with_master` folds
+the primary the sentinels watch (``TOOLFLEET_SENTINEL_MASTER``): schemas.sentinel_url folds
 that name into the URL toolfleet passes around internally (``?master_name=``), so a client of
 it (:func:`sync_client`, :func:`async_client`, :func:`async_pooled_client`) asks the sentinels
 for the current primary before each new connection and follows a failover by itself. For any
@@ -13,9 +13,7 @@ other URL these are ``from_url`` with the caller's options, unchanged.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import parse_qs, unquote, urlencode, urlsplit
 
 import redis
 import redis.asyncio as aioredis
@@ -23,109 +21,26 @@ import redis.asyncio.sentinel as async_sentinel
 import redis.sentinel as sync_sentinel
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from toolfleet.broker.redis_cancel import keep_cancellations
 from toolfleet.schemas.errors import ConfigurationError
-from toolfleet.schemas.redis_cancel import keep_cancellations
+from toolfleet.schemas.sentinel_url import (
+    SentinelTarget,
+    is_sentinel,
+    parse_sentinel,
+)
 
 __all__ = [
     "REPLICA_WAIT_MS",
-    "SENTINEL_EXAMPLE",
-    "SentinelTarget",
     "async_client",
     "async_pooled_client",
     "check_sentinel_master",
-    "is_sentinel",
-    "parse_sentinel",
     "replica_acks_of",
     "require_replica_acks",
     "sentinel_views",
     "sync_client",
     "wait_for_replicas",
     "wait_for_replicas_sync",
-    "with_master",
 ]
-
-SENTINEL_EXAMPLE = (
-    "sentinel://127.0.0.1:26379;sentinel://127.0.0.1:26380 (each sentinel host:port, "
-    "';'-separated; the first may carry :password@ and /db) with "
-    "TOOLFLEET_SENTINEL_MASTER=<the name in 'sentinel monitor <name> ...'>"
-)
-_MASTER_PARAM = "master_name"
-_DEFAULT_SENTINEL_PORT = 26379
-
-
-@dataclass(frozen=True)
-class SentinelTarget:
-    """A Sentinel URL taken apart: the sentinels, and how to reach the primary they name."""
-
-    sentinels: tuple[tuple[str, int], ...]
-    master: str | None
-    db: int = 0
-    username: str | None = None
-    password: str | None = field(default=None, repr=False)
-
-    def primary_options(self) -> dict[str, Any]:
-        found: dict[str, Any] = {"db": self.db}
-        if self.username:
-            found["username"] = self.username
-        if self.password:
-            found["password"] = self.password
-        return found
-
-
-def is_sentinel(url: str | None) -> bool:
-    """Whether ``url`` is a Sentinel URL (``sentinel://...``)."""
-    return bool(url) and str(url).lower().startswith("sentinel://")
-
-
-def parse_sentinel(url: str) -> SentinelTarget:
-    """The sentinels, primary name, db and credentials of a Sentinel URL; ValueError saying
-    what to write when it is malformed."""
-    sentinels: list[tuple[str, int]] = []
-    master: str | None = None
-    db, username, password = 0, None, None
-    parts = [p.strip() for p in url.split(";") if p.strip()]
-    if not parts:
-        raise ValueError(f"a Sentinel URL names no sentinel; write {SENTINEL_EXAMPLE}")
-    for index, part in enumerate(parts):
-        try:
-            split = urlsplit(part)
-            port = split.port
-        except ValueError as exc:
-            raise ValueError(
-                f"part {index + 1} is not a valid URL ({exc}); write {SENTINEL_EXAMPLE}"
-            ) from None
-        if split.scheme.lower() != "sentinel":
-            raise ValueError(
-                f"every part of a Sentinel URL must be sentinel://host:port, got "
-                f"{split.scheme + '://' if split.scheme else 'no scheme'} in part {index + 1}; "
-                f"write {SENTINEL_EXAMPLE}"
-            )
-        if not split.hostname:
-            raise ValueError(f"part {index + 1} names no host; write {SENTINEL_EXAMPLE}")
-        if port == 0:
-            raise ValueError(f"port 0 is not a port (part {index + 1}); write {SENTINEL_EXAMPLE}")
-        sentinels.append((split.hostname, port or _DEFAULT_SENTINEL_PORT))
-        names = parse_qs(split.query).get(_MASTER_PARAM)
-        if names and master is None:
-            master = names[0]
-        if index == 0:
-            path = split.path.strip("/")
-            if path and not path.isdigit():
-                raise ValueError(f"db {path!r} is not a number; write {SENTINEL_EXAMPLE}")
-            db = int(path) if path else 0
-            username = unquote(split.username) if split.username else None
-            password = unquote(split.password) if split.password else None
-    return SentinelTarget(tuple(sentinels), master, db, username, password)
-
-
-def with_master(url: str, master: str | None) -> str:
-    """The URL toolfleet passes around for a broker: a Sentinel URL with the primary's name
-    in it (``?master_name=``), any other URL as it is."""
-    if not is_sentinel(url) or not master:
-        return url
-    first, sep, rest = url.partition(";")
-    joiner = "&" if "?" in first else "?"
-    return f"{first}{joiner}{urlencode({_MASTER_PARAM: master})}{sep}{rest}"
 
 
 def _target(url: str) -> SentinelTarget:
@@ -155,7 +70,7 @@ def sync_client(url: str, **options: Any) -> redis.Redis:
 
 def async_client(url: str, **options: Any) -> aioredis.Redis:
     """The asyncio twin of :func:`sync_client`, whose commands never swallow a cancellation
-    (:mod:`toolfleet.schemas.redis_cancel`)."""
+    (:mod:`toolfleet.broker.redis_cancel`)."""
     if not is_sentinel(url):
         return keep_cancellations(aioredis.Redis.from_url(url, **options))
     client: aioredis.Redis = _primary_of(async_sentinel.Sentinel, url, options)

@@ -9,7 +9,7 @@ if nothing had asked it to stop (fixed in CPython 3.12, whose ``wait_for`` is bu
 up on the same turns, and ``asyncio.run``'s single final cancel then missed an act() waiting
 for approval, which went on polling its parked call for the hour of its approval time.
 
-So every asyncio client of :mod:`toolfleet.schemas.redis_url` sends through a connection that
+So every asyncio client of :mod:`toolfleet.broker.redis_url` sends through a connection that
 compares its task's pending cancellation requests (``Task.cancelling()``, which stays counted
 however a cancel was caught) before and after the send, and raises the one the send dropped.
 The connection is dropped first: its reply is never read, so it must not serve another command.
