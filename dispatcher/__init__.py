@@ -2,18 +2,18 @@
 
 from toolfleet.dispatcher.accept.context import CallContext
 from toolfleet.dispatcher.accept.envelope import normalize, tool_calls_in
+from toolfleet.dispatcher.batch.progress_relay import CallProgress
 from toolfleet.dispatcher.branch import Branch
 from toolfleet.dispatcher.fleet import Fleet
 from toolfleet.dispatcher.govern.approvals import Escalate
 from toolfleet.dispatcher.govern.hooks import HookBus, HookPoint, StopHook
 from toolfleet.dispatcher.govern.permissions import PermissionDecision, PermissionPolicy
-from toolfleet.dispatcher.govern.session import Session
 from toolfleet.dispatcher.govern.session_signals import (
     CallbackFailed,
     GateDenied,
     HistoryWriteFailed,
 )
-from toolfleet.dispatcher.watch.progress_relay import CallProgress
+from toolfleet.dispatcher.session import Session
 from toolfleet.schemas.errors import ConfigurationError
 from toolfleet.schemas.provider import render_results
 

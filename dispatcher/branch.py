@@ -9,6 +9,7 @@ from typing import Any, Protocol
 from toolfleet.broker import tracing
 from toolfleet.dispatcher.accept.context import CallContext
 from toolfleet.dispatcher.batch.act import Batch
+from toolfleet.dispatcher.batch.progress_relay import ProgressCallback
 from toolfleet.dispatcher.fleet import Fleet, default_fleet
 from toolfleet.dispatcher.govern.approvals import Escalate
 from toolfleet.dispatcher.govern.hooks import HookBus
@@ -17,7 +18,6 @@ from toolfleet.dispatcher.history.compact import CompactList
 from toolfleet.dispatcher.history.history import load_records
 from toolfleet.dispatcher.history.recorder import EventObserver, HistoryRecorder, MessageCallback
 from toolfleet.dispatcher.history.recover import recover_branch
-from toolfleet.dispatcher.watch.progress_relay import ProgressCallback
 from toolfleet.schemas.action import ActionResponseModel, CallParams, ToolInvocation
 from toolfleet.schemas.messages import Message
 from toolfleet.schemas.record import EventRecord
@@ -26,7 +26,7 @@ __all__ = ["Branch", "MessageCallback", "ProgressCallback", "Scope"]
 
 
 class Scope(Protocol):
-    """What a branch needs of its session (``toolfleet.dispatcher.govern.session.Session`` is one):
+    """What a branch needs of its session (``toolfleet.dispatcher.session.Session`` is one):
     a Protocol, so a branch never imports the session that creates it."""
 
     fleet: Fleet | None

@@ -17,6 +17,7 @@ from typing import Any, Literal
 from toolfleet.dispatcher.accept.context import CallContext, new_call_id
 from toolfleet.dispatcher.accept.envelope import normalize_batch
 from toolfleet.dispatcher.batch.opening import Item, initial_call_id, open_call
+from toolfleet.dispatcher.batch.progress_relay import ProgressCallback, ProgressRelay
 from toolfleet.dispatcher.batch.transaction import (
     Authorize,
     Transaction,
@@ -31,8 +32,7 @@ from toolfleet.dispatcher.history.durable import Progress
 from toolfleet.dispatcher.history.history import CallReturn, Unit
 from toolfleet.dispatcher.history.journal import BatchJournal
 from toolfleet.dispatcher.history.recorder import HistoryRecorder
-from toolfleet.dispatcher.watch.cancel import cancelled_error, settle_calls, stopped_result
-from toolfleet.dispatcher.watch.progress_relay import ProgressCallback, ProgressRelay
+from toolfleet.dispatcher.send.cancel import cancelled_error, settle_calls, stopped_result
 from toolfleet.schemas.action import CallParams
 from toolfleet.schemas.errors import ConfigurationError
 from toolfleet.schemas.status import EventStatus

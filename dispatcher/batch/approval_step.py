@@ -17,9 +17,9 @@ from toolfleet.broker.outage import through_outage
 from toolfleet.dispatcher.fleet import Fleet
 from toolfleet.dispatcher.govern.approvals import decide, expire, park, wait_for_decision
 from toolfleet.dispatcher.govern.callbacks import call_user, callback_name, error_text
+from toolfleet.dispatcher.send.approval_events import announce_approval
+from toolfleet.dispatcher.send.cancel import SETTLE_TIMEOUT_S
 from toolfleet.dispatcher.send.enqueue import send_options
-from toolfleet.dispatcher.watch.approval_events import announce_approval
-from toolfleet.dispatcher.watch.cancel import SETTLE_TIMEOUT_S
 from toolfleet.schemas.approval import ApprovalRequest
 from toolfleet.schemas.errors import ApprovalError, BrokerError
 from toolfleet.schemas.record import bounded_arguments, shown_arguments

@@ -4,7 +4,7 @@ The worker enforces ``timeout_s`` on the tool's run (and records a ToolTimeoutEr
 The dispatcher enforces both from its side, so a call that never reaches a worker (queued
 behind others, worker lost, broker restarted) cannot hold the batch past either limit: when a
 limit passes, the straggler gets a FAILED ToolTimeoutError result and is revoked (see
-:mod:`toolfleet.dispatcher.watch.cancel`), and the finished results are returned.
+:mod:`toolfleet.dispatcher.send.cancel`), and the finished results are returned.
 """
 
 from __future__ import annotations

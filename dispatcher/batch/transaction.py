@@ -26,6 +26,7 @@ from toolfleet.dispatcher.accept.context import CallContext
 from toolfleet.dispatcher.batch.approval_step import seek_approval
 from toolfleet.dispatcher.batch.deadline import Deadline
 from toolfleet.dispatcher.batch.opening import Item, open_call
+from toolfleet.dispatcher.batch.progress_relay import ProgressRelay
 from toolfleet.dispatcher.batch.units import (
     HOOK_SUMMARY_CHARS,
     aborted_unit,
@@ -40,10 +41,9 @@ from toolfleet.dispatcher.govern.hooks import HookBus
 from toolfleet.dispatcher.govern.session_signals import GateDenied
 from toolfleet.dispatcher.history.history import Unit
 from toolfleet.dispatcher.history.recorder import SignalSink
+from toolfleet.dispatcher.send.approval_events import announce_approval
+from toolfleet.dispatcher.send.cancel import StragglerBuffer, stopped_result
 from toolfleet.dispatcher.send.publisher import Publisher
-from toolfleet.dispatcher.watch.approval_events import announce_approval
-from toolfleet.dispatcher.watch.cancel import StragglerBuffer, stopped_result
-from toolfleet.dispatcher.watch.progress_relay import ProgressRelay
 from toolfleet.schemas.action import CallParams
 from toolfleet.schemas.contract import check_arguments
 from toolfleet.schemas.errors import (

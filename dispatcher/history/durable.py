@@ -31,7 +31,7 @@ from redis.exceptions import RedisError
 
 from toolfleet.broker.outage import OutageRetry, broker_unreachable
 from toolfleet.broker.redis_url import replica_acks_of, wait_for_replicas
-from toolfleet.dispatcher.watch.outage_log import outage_log
+from toolfleet.dispatcher.infra.outage_log import outage_log
 from toolfleet.schemas.keys import Keys
 
 __all__ = ["APPEND_SCRIPT", "Chunk", "DurableLog", "Progress", "append_chunk", "replace_history"]

@@ -38,7 +38,7 @@ from toolfleet.dispatcher.history.recover_approvals import (
     refusal_result,
     send_approved,
 )
-from toolfleet.dispatcher.watch.cancel import settle_calls
+from toolfleet.dispatcher.send.cancel import settle_calls
 from toolfleet.dispatcher.watch.whereabouts import NowhereTwice, Place, locate
 from toolfleet.schemas.action import ActionResponseModel
 from toolfleet.schemas.error_info import ErrorInfo

@@ -5,7 +5,7 @@ its publishing thread: every publish is a hop to that thread and back, on top of
 A call's message is nothing kombu-specific once written, though: kombu's Redis transport
 LPUSHes a JSON object onto the list named like the queue. Here the dispatcher writes the same
 object on its asyncio client, built as Celery and kombu build it
-(:func:`toolfleet.dispatcher.send.kombu_internals.task_message_json`, where every internal it
+(:func:`toolfleet.dispatcher.infra.kombu_internals.task_message_json`, where every internal it
 leans on is kept), so the workers, ``toolfleet status`` and the reconciler see exactly what
 kombu would have sent. ``tests/integration/test_kombu_internals.py`` publishes one call both
 ways and compares the two.
@@ -33,7 +33,7 @@ from typing import Any, Protocol
 import redis.asyncio as aioredis
 from celery import Celery, signals
 
-from toolfleet.dispatcher.send.kombu_internals import task_message_json
+from toolfleet.dispatcher.infra.kombu_internals import task_message_json
 from toolfleet.schemas.tasks import EXECUTE_TASK, task_id_for
 from toolfleet.schemas.tool import Tool
 from toolfleet.schemas.wire import CallMessage

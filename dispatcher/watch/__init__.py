@@ -1,4 +1,3 @@
-"""Step 5, watch: results come back, lost calls are found, the broker is watched, calls are
-cancelled."""
+"""Step 5, watch: results come back, lost calls are found, the broker is watched."""
 
 __all__: list[str] = []

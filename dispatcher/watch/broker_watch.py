@@ -28,9 +28,9 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from toolfleet.dispatcher.history.durable import DurableLog
+from toolfleet.dispatcher.infra.outage_log import outage_log
+from toolfleet.dispatcher.infra.stopping import cancel_and_wait, raise_if_cancelled
 from toolfleet.dispatcher.watch.collector import Collector
-from toolfleet.dispatcher.watch.outage_log import outage_log
-from toolfleet.dispatcher.watch.stopping import cancel_and_wait, raise_if_cancelled
 from toolfleet.dispatcher.watch.whereabouts import Place, locate
 from toolfleet.schemas.errors import BrokerError
 from toolfleet.schemas.keys import Keys

@@ -33,8 +33,8 @@ from pydantic import ValidationError
 from redis.exceptions import RedisError, ResponseError
 
 from toolfleet.broker.redis_url import async_client
-from toolfleet.dispatcher.watch.outage_log import outage_log
-from toolfleet.dispatcher.watch.stopping import cancel_and_wait, raise_if_cancelled
+from toolfleet.dispatcher.infra.outage_log import outage_log
+from toolfleet.dispatcher.infra.stopping import cancel_and_wait, raise_if_cancelled
 from toolfleet.schemas.progress import ProgressReport, decode, is_progress
 from toolfleet.schemas.wire import CallResult
 
@@ -93,7 +93,7 @@ class Collector:
         self.reply_key = reply_key
         self.event_key = event_key
         self._pending: dict[tuple[str, int], asyncio.Future[CallResult]] = {}
-        # call_id -> who gets its progress reports (toolfleet.dispatcher.watch.progress_relay).
+        # call_id -> who gets its progress reports (toolfleet.dispatcher.batch.progress_relay).
         self._listeners: dict[str, Callable[[ProgressReport], None]] = {}
         self._task: asyncio.Task[None] | None = None
         # None until the server has shown whether it knows BLMPOP (Redis >= 7).

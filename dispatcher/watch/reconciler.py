@@ -31,8 +31,8 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from toolfleet.broker.liveness import live_since
+from toolfleet.dispatcher.infra.stopping import cancel_and_wait, raise_if_cancelled
 from toolfleet.dispatcher.watch.collector import Collector
-from toolfleet.dispatcher.watch.stopping import cancel_and_wait, raise_if_cancelled
 from toolfleet.dispatcher.watch.whereabouts import NowhereTwice, Place, Sighting, locate
 from toolfleet.schemas.errors import CallLostError, NoWorkerError
 from toolfleet.schemas.keys import Keys

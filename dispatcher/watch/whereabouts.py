@@ -3,7 +3,7 @@
 A call's message travels queue (a Redis list) → a worker's reservation (kombu's ``unacked``
 hash, with ``task_acks_late``) → started (``Keys.started``, refreshed by the worker's heartbeat)
 → finished (``Keys.event``); where kombu keeps the first two, and how its messages decode, is
-:mod:`toolfleet.dispatcher.send.kombu_internals`. Every read of one look runs in a single
+:mod:`toolfleet.dispatcher.infra.kombu_internals`. Every read of one look runs in a single
 MULTI/EXEC, so a message moving between two places is seen in exactly one of them. The only way to
 be seen *nowhere* is the window kombu leaves between popping a message and recording it in
 ``unacked`` (kombu #305/#1836): a message there is in transit, or lost if its worker died in that
@@ -20,7 +20,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from toolfleet.broker.liveness import StartedMarker
-from toolfleet.dispatcher.send.kombu_internals import (
+from toolfleet.dispatcher.infra.kombu_internals import (
     decode_message,
     read_queued_and_reserved,
     split_queued_and_reserved,

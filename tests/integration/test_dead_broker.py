@@ -16,7 +16,7 @@ from tests.support.redis_server import PrivateRedis
 from tests.support.waiting import until
 from toolfleet import Branch, EventStatus, Fleet, Settings
 
-OUTAGE_LOGGER = "toolfleet.dispatcher.watch.outage_log"
+OUTAGE_LOGGER = "toolfleet.dispatcher.infra.outage_log"
 
 
 def _broker_lines(caplog: pytest.LogCaptureFixture) -> list[str]:

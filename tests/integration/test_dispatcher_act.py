@@ -616,7 +616,7 @@ def test_branch_history_loads_by_id_from_another_process(fleet_settings: Setting
 def test_standalone_branch_uses_the_process_default_fleet_across_event_loops(
     fleet_settings: Settings, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from toolfleet.dispatcher import fleet as fleet_module
+    from toolfleet.dispatcher.fleet import default as fleet_module
 
     monkeypatch.setenv("TOOLFLEET_BROKER_URL", str(fleet_settings.broker_url))
     monkeypatch.setenv("TOOLFLEET_TOOLS", "tests.support.sample_tools")

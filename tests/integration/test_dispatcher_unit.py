@@ -19,7 +19,7 @@ from toolfleet.dispatcher.batch.act import check_wire
 from toolfleet.dispatcher.fleet import Fleet
 from toolfleet.dispatcher.govern.hooks import HookBus, HookPoint, StopHook
 from toolfleet.dispatcher.govern.permissions import PermissionPolicy
-from toolfleet.dispatcher.govern.session import Session
+from toolfleet.dispatcher.session import Session
 from toolfleet.dispatcher.watch.collector import Collector, connect
 from toolfleet.schemas.action import ToolInvocation
 from toolfleet.schemas.errors import (
@@ -382,7 +382,7 @@ def test_history_unit_is_json_in_redis_order(redis_url: str) -> None:
 def test_cancel_and_wait_stops_a_task_that_swallowed_its_first_cancellation() -> None:
     """redis-py can turn a cancel racing its socket timeout into TimeoutError; the fleet's
     background loops catch that and run on, so one cancel() left Fleet.aclose() hanging."""
-    from toolfleet.dispatcher.watch.stopping import cancel_and_wait
+    from toolfleet.dispatcher.infra.stopping import cancel_and_wait
 
     async def scenario() -> int:
         swallowed = 0

@@ -1,7 +1,7 @@
-"""Every kombu Redis-transport internal dispatcher/send/kombu_internals.py reads is still
+"""Every kombu Redis-transport internal dispatcher/infra/kombu_internals.py reads is still
 there, with the layout it was written against: the key names on the installed kombu's
 Channel, and where a real publish to a real Redis puts a message, queued and reserved, in what
-shape. A failure names what changed; fix dispatcher/send/kombu_internals.py (and nothing else)."""
+shape. A failure names what changed; fix dispatcher/infra/kombu_internals.py (and nothing else)."""
 
 from __future__ import annotations
 
@@ -23,9 +23,7 @@ from tests.support.fleet import make_call
 from tests.support.internals_support import change_message
 from tests.support.redis_server import PrivateRedis
 from toolfleet.cli.broker_probe import queue_depths
-from toolfleet.dispatcher.send.direct import direct_publish_possible, encode_call, publish_direct
-from toolfleet.dispatcher.send.enqueue import publish_calls, send_options
-from toolfleet.dispatcher.send.kombu_internals import (
+from toolfleet.dispatcher.infra.kombu_internals import (
     KOMBU_WRITTEN_AGAINST,
     PRIORITY_SEPARATOR,
     PRIORITY_STEPS,
@@ -38,6 +36,8 @@ from toolfleet.dispatcher.send.kombu_internals import (
     read_queued_and_reserved,
     split_queued_and_reserved,
 )
+from toolfleet.dispatcher.send.direct import direct_publish_possible, encode_call, publish_direct
+from toolfleet.dispatcher.send.enqueue import publish_calls, send_options
 from toolfleet.dispatcher.watch.whereabouts import call_ids_of
 from toolfleet.embedded.redis_server import purge_queues
 from toolfleet.schemas.settings import Settings
@@ -46,7 +46,7 @@ from toolfleet.workers.app import create_app
 from toolfleet.workers.registry import registry
 
 changed = change_message(
-    "dispatcher/send/kombu_internals.py",
+    "dispatcher/infra/kombu_internals.py",
     f"kombu {KOMBU_WRITTEN_AGAINST}",
     f"kombu {kombu.__version__}",
 )

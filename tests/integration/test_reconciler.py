@@ -135,7 +135,7 @@ def test_locate_tells_queued_reserved_started_finished_and_nowhere(
 
     import redis.asyncio as aioredis
 
-    from toolfleet.dispatcher.send.kombu_internals import UNACKED_KEY
+    from toolfleet.dispatcher.infra.kombu_internals import UNACKED_KEY
     from toolfleet.dispatcher.watch.whereabouts import Place, locate
     from toolfleet.schemas.keys import Keys
     from toolfleet.workers.store import StartedMarker

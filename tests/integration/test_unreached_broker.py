@@ -4,7 +4,7 @@ A wrong port is the first thing a new user meets. A ``Fleet`` that has never rea
 gives up within ``TOOLFLEET_CONNECT_LIMIT_S`` (10 s by default) with each call ABORTED
 ``BrokerError`` naming the masked URL and the setting to check, and ``toolfleet worker`` exits
 2 within the same budget; a broker that was reached and then dies is an outage, retried for
-``TOOLFLEET_OUTAGE_LIMIT_S`` (toolfleet.dispatcher.watch.first_contact). The lost-mid-batch
+``TOOLFLEET_OUTAGE_LIMIT_S`` (toolfleet.dispatcher.fleet.first_contact). The lost-mid-batch
 outage itself: tests/integration/test_dead_broker.py.
 """
 

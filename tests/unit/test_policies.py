@@ -190,7 +190,7 @@ def test_call_user_awaits_what_needs_awaiting_and_names_the_callback() -> None:
 
 
 def test_every_former_copy_names_the_callback_the_same_way() -> None:
-    from toolfleet.dispatcher.govern.session import Session
+    from toolfleet.dispatcher.session import Session
 
     def broken(payload: Any) -> None:
         raise ValueError("boom")

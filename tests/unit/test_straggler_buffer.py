@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-import toolfleet.dispatcher.watch.cancel as cancel
+import toolfleet.dispatcher.send.cancel as cancel
 from toolfleet.schemas.wire import CallMessage
 
 

@@ -22,7 +22,7 @@ from toolfleet.dispatcher.branch import Branch
 from toolfleet.dispatcher.fleet import Fleet, default_fleet
 from toolfleet.dispatcher.govern.callbacks import call_user
 from toolfleet.dispatcher.govern.hooks import HookBus, HookPoint
-from toolfleet.dispatcher.govern.session import Session
+from toolfleet.dispatcher.session import Session
 from toolfleet.schemas.action import ActionResponseModel, CallParams
 from toolfleet.schemas.errors import ConfigurationError
 from toolfleet.schemas.tool import Tool

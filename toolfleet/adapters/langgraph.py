@@ -63,7 +63,7 @@ from toolfleet.adapters._turns import Conversations, TurnBatcher, fleet_tool, ru
 from toolfleet.dispatcher.branch import Branch
 from toolfleet.dispatcher.fleet import Fleet
 from toolfleet.dispatcher.govern.hooks import HookBus
-from toolfleet.dispatcher.govern.session import Session
+from toolfleet.dispatcher.session import Session
 from toolfleet.schemas.action import ActionResponseModel, CallParams
 from toolfleet.schemas.tool import Tool
 

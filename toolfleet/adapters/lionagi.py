@@ -23,7 +23,7 @@ from toolfleet.dispatcher.branch import Branch
 from toolfleet.dispatcher.fleet import Fleet
 from toolfleet.dispatcher.govern.approvals import Escalate
 from toolfleet.dispatcher.govern.hooks import HookPoint
-from toolfleet.dispatcher.govern.session import Session
+from toolfleet.dispatcher.session import Session
 from toolfleet.schemas.action import CallParams
 from toolfleet.schemas.errors import ConfigurationError
 from toolfleet.schemas.messages import ActionRequest, ActionResponse, Message

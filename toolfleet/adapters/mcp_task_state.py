@@ -26,7 +26,7 @@ from toolfleet.adapters.mcp_task_progress import progress_text
 from toolfleet.adapters.mcp_task_store import TaskRecord, TaskStore
 from toolfleet.dispatcher.fleet import Fleet
 from toolfleet.dispatcher.history.recover_approvals import parked_calls, send_approved
-from toolfleet.dispatcher.watch.cancel import settle_calls
+from toolfleet.dispatcher.send.cancel import settle_calls
 from toolfleet.schemas.action import ActionResponseModel
 from toolfleet.schemas.approval import ApprovalRequest
 from toolfleet.schemas.progress import decode, is_progress

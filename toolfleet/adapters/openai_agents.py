@@ -27,7 +27,7 @@ from toolfleet.adapters.openai_agents_tools import fleet_tool
 from toolfleet.adapters.openai_agents_turns import GATHER_MAX_TICKS, GATHER_TICKS
 from toolfleet.dispatcher.branch import Branch
 from toolfleet.dispatcher.fleet import Fleet
-from toolfleet.dispatcher.govern.session import Session
+from toolfleet.dispatcher.session import Session
 from toolfleet.schemas.action import CallParams
 from toolfleet.schemas.errors import ConfigurationError
 

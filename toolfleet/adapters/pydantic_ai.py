@@ -70,7 +70,7 @@ from toolfleet.adapters.pydantic_ai_tools import fleet_tool as fleet_tool
 from toolfleet.dispatcher.branch import Branch
 from toolfleet.dispatcher.fleet import Fleet
 from toolfleet.dispatcher.govern.hooks import HookBus
-from toolfleet.dispatcher.govern.session import Session
+from toolfleet.dispatcher.session import Session
 from toolfleet.schemas.action import CallParams
 from toolfleet.schemas.approval import ApprovalRequest
 from toolfleet.schemas.errors import ConfigurationError

@@ -203,7 +203,7 @@ def fleet_status(settings: Settings, *, timeout_s: float) -> dict[str, Any]:
     """Workers online (with their running calls), queue depths and calls in flight."""
 
     from toolfleet.broker.redis_url import sentinel_views, sync_client
-    from toolfleet.dispatcher.send.kombu_internals import count_reserved
+    from toolfleet.dispatcher.infra.kombu_internals import count_reserved
     from toolfleet.schemas.keys import Keys
     from toolfleet.schemas.sentinel_url import is_sentinel
     from toolfleet.workers.app import create_app, redis_url_of

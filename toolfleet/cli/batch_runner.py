@@ -21,9 +21,9 @@ from dataclasses import dataclass
 
 from toolfleet.cli.batch_file import BatchLine
 from toolfleet.cli.call_record import CallRecord, Outcome
+from toolfleet.dispatcher.batch.progress_relay import CallProgress
 from toolfleet.dispatcher.fleet import Fleet
-from toolfleet.dispatcher.govern.session import Gate, Session
-from toolfleet.dispatcher.watch.progress_relay import CallProgress
+from toolfleet.dispatcher.session import Gate, Session
 from toolfleet.schemas.action import ActionResponseModel, CallParams
 from toolfleet.schemas.messages import ActionResponse, Message
 from toolfleet.schemas.record import EventRecord

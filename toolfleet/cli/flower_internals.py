@@ -71,7 +71,7 @@ class ToolTask(Task):
         **kwargs: Any,
     ) -> None:
         """Celery's ``Task.event``, plus the dispatcher's ``approval`` field on ``task-sent``
-        (toolfleet.dispatcher.watch.approval_events): ``"waiting"`` shows the call as
+        (toolfleet.dispatcher.send.approval_events): ``"waiting"`` shows the call as
         ``AWAITING_APPROVAL``, any other value as ``REVOKED`` (it ended without running).
 
         Celery ranks a state it does not know above ``STARTED``, so a later event of the

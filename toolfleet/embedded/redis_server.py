@@ -21,7 +21,7 @@ from typing import IO
 
 import redis
 
-from toolfleet.dispatcher.send.kombu_internals import drop_reservations
+from toolfleet.dispatcher.infra.kombu_internals import drop_reservations
 from toolfleet.embedded.processes import free_port, log_tail, spawn, stop_group
 from toolfleet.schemas.errors import ConfigurationError, EmbeddedStartError
 from toolfleet.schemas.settings import ENV_PREFIX, Settings

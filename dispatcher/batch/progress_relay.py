@@ -23,7 +23,7 @@ from typing import Any
 
 from toolfleet.dispatcher.govern.callbacks import call_user, callback_name, error_text
 from toolfleet.dispatcher.govern.session_signals import CallbackFailed, Signal
-from toolfleet.dispatcher.watch.stopping import cancel_and_wait
+from toolfleet.dispatcher.infra.stopping import cancel_and_wait
 from toolfleet.schemas.progress import ProgressReport
 
 __all__ = ["CallProgress", "ProgressCallback", "ProgressRelay"]

@@ -15,9 +15,12 @@ from celery import Celery
 from redis.exceptions import RedisError
 
 from toolfleet.broker.outage import OutageRetry
+from toolfleet.dispatcher.fleet.first_contact import BrokerContact
+from toolfleet.dispatcher.fleet.loop_binding import LoopBinding
 from toolfleet.dispatcher.govern.approval_desk import ApprovalDesk
 from toolfleet.dispatcher.govern.approvals import ApprovalHandler
 from toolfleet.dispatcher.history.durable import DurableLog
+from toolfleet.dispatcher.infra.outage_log import outage_log
 from toolfleet.dispatcher.send.bundles import publish_bundles
 from toolfleet.dispatcher.send.direct import (
     LeadCommands,
@@ -28,9 +31,6 @@ from toolfleet.dispatcher.send.direct import (
 )
 from toolfleet.dispatcher.send.enqueue import enqueue_error, is_outage
 from toolfleet.dispatcher.watch.collector import Collector
-from toolfleet.dispatcher.watch.first_contact import BrokerContact
-from toolfleet.dispatcher.watch.loop_binding import LoopBinding
-from toolfleet.dispatcher.watch.outage_log import outage_log
 from toolfleet.dispatcher.watch.reconciler import Reconciler
 from toolfleet.schemas.errors import BrokerError, ConfigurationError
 from toolfleet.schemas.keys import Keys
@@ -44,7 +44,7 @@ from toolfleet.workers.registry import registry as default_registry
 if TYPE_CHECKING:
     from toolfleet.embedded.local import LocalFleet
 
-__all__ = ["Fleet", "default_fleet"]
+__all__ = ["Fleet"]
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ class Fleet(ApprovalDesk):
 
     A fleet may be used from any number of event loops, one after another or at once (one
     per thread): each loop gets its own Redis clients, collector and reply list on first use
-    (:mod:`toolfleet.dispatcher.watch.loop_binding`), closed when that loop ends through
+    (:mod:`toolfleet.dispatcher.fleet.loop_binding`), closed when that loop ends through
     ``asyncio.run`` or earlier by ``await fleet.aclose()`` inside it. The one rule left: a loop
     closed by hand (``loop.close()`` without ``loop.shutdown_asyncgens()``) must
     ``await fleet.aclose()`` first, or its connections are left to the garbage collector.
@@ -251,7 +251,7 @@ class Fleet(ApprovalDesk):
         """Enqueue ``calls``, retrying through a broker outage up to
         ``TOOLFLEET_OUTAGE_LIMIT_S`` (a broker restarting mid-batch must not fail the calls not
         yet enqueued), or ``TOOLFLEET_CONNECT_LIMIT_S`` for a broker never reached
-        (toolfleet.dispatcher.watch.first_contact). A retry may enqueue a call twice; its
+        (toolfleet.dispatcher.fleet.first_contact). A retry may enqueue a call twice; its
         call_id record makes the second message a no-op (C7). ``before`` rides again with each
         retry on the loop's own client (idempotent writes) and is settled once the messages are
         in or given up; kombu's path sends it alone, which settles it (written, or the batch
@@ -367,20 +367,6 @@ class Fleet(ApprovalDesk):
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
-
-
-_default: Fleet | None = None
-_default_lock = threading.Lock()
-
-
-def default_fleet() -> Fleet:
-    """The process-default fleet, ``Fleet.from_env()``, created on first use (once, even
-    when threads ask at the same time)."""
-    global _default
-    with _default_lock:
-        if _default is None:
-            _default = Fleet.from_env()
-        return _default
 
 
 def _encodable(name: str) -> bool:
