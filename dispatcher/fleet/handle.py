@@ -6,37 +6,25 @@ import asyncio
 import json
 import logging
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import redis.asyncio as aioredis
 from celery import Celery
-from redis.exceptions import RedisError
 
-from toolfleet.broker.outage import OutageRetry
 from toolfleet.dispatcher.fleet.first_contact import BrokerContact
 from toolfleet.dispatcher.fleet.loop_binding import LoopBinding
 from toolfleet.dispatcher.govern.approval_desk import ApprovalDesk
 from toolfleet.dispatcher.govern.approvals import ApprovalHandler
 from toolfleet.dispatcher.history.durable import DurableLog
-from toolfleet.dispatcher.infra.outage_log import outage_log
-from toolfleet.dispatcher.send.bundles import publish_bundles
-from toolfleet.dispatcher.send.direct import (
-    LeadCommands,
-    direct_publish_possible,
-    encode_call,
-    publish_direct,
-    watched,
-)
-from toolfleet.dispatcher.send.enqueue import enqueue_error, is_outage
 from toolfleet.dispatcher.watch.collector import Collector
 from toolfleet.dispatcher.watch.reconciler import Reconciler
-from toolfleet.schemas.errors import BrokerError, ConfigurationError
+from toolfleet.schemas.errors import ConfigurationError
 from toolfleet.schemas.keys import Keys
 from toolfleet.schemas.settings import ENV_PREFIX, Settings
 from toolfleet.schemas.tool import Tool
-from toolfleet.schemas.wire import CallMessage, CallResult
+from toolfleet.schemas.wire import CallResult
 from toolfleet.workers.app import create_app, redis_url_of
 from toolfleet.workers.registry import Registry
 from toolfleet.workers.registry import registry as default_registry
@@ -137,7 +125,6 @@ class Fleet(ApprovalDesk):
                 self.redis_url,
                 self.keys,
                 self.settings,
-                self._publish_raw,
                 self._release,
                 on_answer=self.contact.answered,
             )
@@ -215,23 +202,6 @@ class Fleet(ApprovalDesk):
     def expect(self, call_id: str, attempt: int) -> asyncio.Future[CallResult]:
         return self.collector.expect(call_id, attempt)
 
-    async def publish(
-        self,
-        calls: Sequence[tuple[CallMessage, Tool]],
-        *,
-        bundle_size: int | None = None,
-        before: LeadCommands | None = None,
-    ) -> None:
-        """Enqueue ``calls`` in one round trip; raises BrokerError.
-
-        With ``bundle_size``, up to that many calls share one ``toolfleet.execute_many``
-        message (CallParams.bundle_size); otherwise each call is its own task. ``before``
-        (claimed by the caller) reaches Redis ahead of the first message. The reconciler
-        tracks each call from here until its result arrives.
-        """
-        await self._publish_raw(calls, bundle_size=bundle_size, before=before)
-        await self.reconciler.published(calls)
-
     def publishing_thread(self) -> ThreadPoolExecutor:
         """The one thread this fleet runs kombu's producers in: publishes and task events."""
         with self._bindings_lock:
@@ -240,100 +210,6 @@ class Fleet(ApprovalDesk):
                     max_workers=1, thread_name_prefix="toolfleet-publish"
                 )
             return self._executor
-
-    async def _publish_raw(
-        self,
-        calls: Sequence[tuple[CallMessage, Tool]],
-        *,
-        bundle_size: int | None = None,
-        before: LeadCommands | None = None,
-    ) -> None:
-        """Enqueue ``calls``, retrying through a broker outage up to
-        ``TOOLFLEET_OUTAGE_LIMIT_S`` (a broker restarting mid-batch must not fail the calls not
-        yet enqueued), or ``TOOLFLEET_CONNECT_LIMIT_S`` for a broker never reached
-        (toolfleet.dispatcher.fleet.first_contact). A retry may enqueue a call twice; its
-        call_id record makes the second message a no-op (C7). ``before`` rides again with each
-        retry on the loop's own client (idempotent writes) and is settled once the messages are
-        in or given up; kombu's path sends it alone, which settles it (written, or the batch
-        runs without), so only on its first try. The retries follow the one outage policy,
-        toolfleet.broker.outage."""
-
-        lead: list[LeadCommands | None] = [before]  # None once sent alone
-        retried = False
-
-        def retrying(exc: BaseException, retry: OutageRetry) -> None:
-            nonlocal retried
-            retried = True
-            outage_log(self.redis).failing("publisher", exc)
-
-        try:
-            await self.contact.retry(
-                lambda: self._publish_once(calls, bundle_size, lead),
-                retry_if=lambda exc: isinstance(exc, BrokerError) and is_outage(exc),
-                on_retry=retrying,
-            )
-            if retried:
-                outage_log(self.redis).answering("publisher")
-        except BaseException as exc:
-            if before is not None:
-                before.settle(exc)
-            raise
-
-    async def _publish_once(
-        self,
-        calls: Sequence[tuple[CallMessage, Tool]],
-        bundle_size: int | None,
-        lead: list[LeadCommands | None],
-    ) -> None:
-        from toolfleet.dispatcher.send.enqueue import publish_calls
-
-        if bundle_size is None and calls and await self._direct_publishing():
-            await self._publish_direct(calls, lead[0])
-            return
-        before, lead[0] = lead[0], None
-        if before is not None:
-            await before.send_alone(self.redis)
-        if not calls:
-            return
-        loop = asyncio.get_running_loop()
-        try:
-            executor = self.publishing_thread()
-            if bundle_size is None:
-                await loop.run_in_executor(executor, publish_calls, self.app, list(calls))
-            else:
-                await loop.run_in_executor(
-                    executor, publish_bundles, self.app, list(calls), bundle_size
-                )
-        except BrokerError:
-            raise
-        except Exception as exc:
-            raise enqueue_error(self.settings.broker_url, len(calls), exc) from exc
-
-    async def _direct_publishing(self) -> bool:
-        """Whether calls go out on the loop's client (toolfleet.dispatcher.send.direct) now."""
-        if not direct_publish_possible(self.app):
-            return False
-        try:
-            return not await watched(self.app, self.redis)
-        except (RedisError, OSError):
-            return False  # kombu's path reports the broker (and retries an outage)
-
-    async def _publish_direct(
-        self, calls: Sequence[tuple[CallMessage, Tool]], before: LeadCommands | None
-    ) -> None:
-        from toolfleet.dispatcher.send.enqueue import send_options
-
-        try:
-            encoded = []
-            for message, tool in calls:
-                queue, options = send_options(self.settings, message, tool)
-                encoded.append((queue, encode_call(self.app, message, tool, queue, options)))
-            steps = [before.add_to] if before is not None else []
-            replies = await publish_direct(self.redis, encoded, steps)
-        except Exception as exc:
-            raise enqueue_error(self.settings.broker_url, len(calls), exc) from exc
-        if before is not None:
-            before.settle(next((r for r in replies if isinstance(r, Exception)), None))
 
     async def aclose(self) -> None:
         """Close the running loop's clients and background tasks now.

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncGenerator, Awaitable, Callable
-from typing import TYPE_CHECKING
 
 from toolfleet.broker.redis_url import (
     async_client,
@@ -27,9 +26,6 @@ from toolfleet.dispatcher.watch.reconciler import Reconciler
 from toolfleet.schemas.keys import Keys
 from toolfleet.schemas.settings import Settings
 
-if TYPE_CHECKING:
-    Publish = Callable[..., Awaitable[None]]
-
 __all__ = ["LoopBinding"]
 
 
@@ -41,7 +37,6 @@ class LoopBinding:
         redis_url: str,
         keys: Keys,
         settings: Settings,
-        publish: Publish,
         on_loop_end: Callable[[LoopBinding], Awaitable[None]],
         *,
         on_answer: Callable[[], None] | None = None,
@@ -86,7 +81,6 @@ class LoopBinding:
             self.collector,
             keys,
             settings,
-            publish,
             self.dispatcher_id,
         )
         self.watch.on_restart = self.reconciler.broker_restarted

@@ -17,6 +17,7 @@ from typing import Literal
 from toolfleet.broker import tracing
 from toolfleet.dispatcher.fleet import Fleet
 from toolfleet.dispatcher.send.direct import LeadCommands
+from toolfleet.dispatcher.send.publish import publish
 from toolfleet.schemas.tool import Tool
 from toolfleet.schemas.wire import CallMessage
 
@@ -136,10 +137,10 @@ class Publisher:
             before = None
         try:
             if self._bundle_size != "auto":
-                await self._fleet.publish(calls, bundle_size=self._bundle_size, before=before)
+                await publish(self._fleet, calls, bundle_size=self._bundle_size, before=before)
                 return
             for group, size in auto_plan(calls, self._fleet.collector.pending):
-                await self._fleet.publish(group, bundle_size=size, before=before)
+                await publish(self._fleet, group, bundle_size=size, before=before)
                 before = None
         except BaseException as exc:
             if before is not None:

@@ -89,7 +89,6 @@ class Reconciler:
         collector: Collector,
         keys: Keys,
         settings: Settings,
-        publish: Publish,
         dispatcher_id: str,
         *,
         clock: Callable[[], float] = time.monotonic,
@@ -98,7 +97,9 @@ class Reconciler:
         self.collector = collector
         self.keys = keys
         self.settings = settings
-        self._publish = publish
+        # How the tracked calls were published, so a lost one goes out again the same way
+        # (given with each published(): the sending step is above this one).
+        self._publish: Publish | None = None
         self.dispatcher_id = dispatcher_id
         self._clock = clock
         self._tracked: dict[tuple[str, int], Attempt] = {}
@@ -113,8 +114,12 @@ class Reconciler:
     def queue_of(self, tool: Tool) -> str:
         return self.settings.queue_for(tool.kind)
 
-    async def published(self, calls: Sequence[tuple[CallMessage, Tool]]) -> None:
-        """Track calls now on the broker; warn at once about a queue nobody consumes."""
+    async def published(
+        self, calls: Sequence[tuple[CallMessage, Tool]], *, republish: Publish
+    ) -> None:
+        """Track calls now on the broker (``republish`` sends a lost one again); warn at once
+        about a queue nobody consumes."""
+        self._publish = republish
         now = self._clock()
         queues: set[str] = set()
         for message, tool in calls:
@@ -297,6 +302,9 @@ class Reconciler:
             self.collector.deliver(sighting.record)
 
     async def _republish(self, calls: list[Attempt]) -> None:
+        publish = self._publish
+        if publish is None:  # nothing tracked was published: there is nothing to send again
+            return
         log.warning(
             "reconciler: %d call(s) found nowhere twice %gs apart (in no queue, not reserved, "
             "not started, no record); republishing them once: %s",
@@ -304,7 +312,7 @@ class Reconciler:
             self.settings.reconcile_grace_s,
             ", ".join(t.message.call_id for t in calls[:5]) + (" ..." if len(calls) > 5 else ""),
         )
-        await self._publish([(t.message, t.tool) for t in calls])
+        await publish([(t.message, t.tool) for t in calls])
         now = self._clock()
         for tracked in calls:
             tracked.republished = True

@@ -7,12 +7,14 @@ ready group was sent.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from tests.support.fleet import assert_linked_pairs, call, run
 from toolfleet.dispatcher import Branch, Fleet
+from toolfleet.dispatcher.send import publisher as publisher_module
 from toolfleet.dispatcher.send.publisher import (
     AUTO_DEEP_IN_FLIGHT,
     AUTO_MAX_BATCH,
@@ -27,17 +29,29 @@ from toolfleet.schemas.wire import CallMessage
 
 pytestmark = pytest.mark.usefixtures("sync_worker")
 
+# Set by _observe inside a scenario's event loop, undone after each test.
+_patches = pytest.MonkeyPatch()
+
+
+@pytest.fixture(autouse=True)
+def _undo_patches() -> Iterator[None]:
+    yield
+    _patches.undo()
+
 
 def _observe(fleet: Fleet) -> list[tuple[int, int | None]]:
     """Record (calls, bundle_size) of every publish the fleet makes, then publish as usual."""
     seen: list[tuple[int, int | None]] = []
-    publish = fleet.publish
+    publish = publisher_module.publish
 
-    async def observed(calls: Any, *, bundle_size: int | None = None, **kwargs: Any) -> None:
-        seen.append((len(calls), bundle_size))
-        await publish(calls, bundle_size=bundle_size, **kwargs)
+    async def observed(
+        to: Fleet, calls: Any, *, bundle_size: int | None = None, **kwargs: Any
+    ) -> None:
+        if to is fleet:
+            seen.append((len(calls), bundle_size))
+        await publish(to, calls, bundle_size=bundle_size, **kwargs)
 
-    fleet.publish = observed  # type: ignore[method-assign]
+    _patches.setattr(publisher_module, "publish", observed)
     return seen
 
 
