@@ -5,7 +5,6 @@ Messages name the offending value and say what to do instead.
 
 from __future__ import annotations
 
-import re
 from typing import Any, ClassVar
 
 __all__ = [
@@ -128,16 +127,12 @@ class DispatcherLostError(ToolfleetError):
 class RateLimitedError(ToolfleetError):
     """Raised when a call is over its tool's rate limit or concurrency cap past limit_wait_s."""
 
-    # retry_after_s: when a retry may be let through; read back from the message when the
-    # error is rebuilt from a record ("...; retry after 0.4 s").
     info_fields = ("retry_after_s",)
-    _RETRY_AFTER = re.compile(r"retry after (\d+(?:\.\d+)?) s")
 
     def __init__(self, message: str = "", *, retry_after_s: float | None = None) -> None:
         super().__init__(message)
-        if retry_after_s is None:
-            found = self._RETRY_AFTER.search(message)
-            retry_after_s = float(found.group(1)) if found else None
+        # When a retry may be let through, in seconds; a result carries it as
+        # error_info.fields["retry_after_s"], and rebuild_error sets it back.
         self.retry_after_s = retry_after_s
 
 
