@@ -5,11 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, field_validator
 
 from toolfleet.schemas.approval import DEFAULT_APPROVAL_TIMEOUT_S
 from toolfleet.schemas.error_info import ErrorInfo
+from toolfleet.schemas.errors import ConfigurationError
 from toolfleet.schemas.limits import DEFAULT_LIMIT_WAIT_S
+from toolfleet.schemas.model import ToolfleetModel
 from toolfleet.schemas.provider import (
     anthropic_tool_result,
     openai_responses_output,
@@ -35,7 +37,7 @@ class ToolInvocation:
     branch_id: str | None = None
 
 
-class ActionResponseModel(BaseModel):
+class ActionResponseModel(ToolfleetModel):
     """The immediate result of one call, as returned by ``Branch.act()``."""
 
     function: str = ""
@@ -84,7 +86,7 @@ class ActionResponseModel(BaseModel):
         return anthropic_tool_result(self)
 
 
-class CallParams(BaseModel):
+class CallParams(ToolfleetModel):
     """Batch controls (the ADR's AlcallParams). Retries re-run FAILED attempts only."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -114,14 +116,16 @@ class CallParams(BaseModel):
     @classmethod
     def _positive_seconds(cls, value: float | None) -> float | None:
         if value is not None and not value > 0:
-            raise ValueError(f"must be a positive number of seconds or None, got {value!r}")
+            raise ConfigurationError(f"must be a positive number of seconds or None, got {value!r}")
         return value
 
     @field_validator("max_concurrent", "bundle_size")
     @classmethod
     def _positive_count(cls, value: int | str | None) -> int | str | None:
         if isinstance(value, int) and value < 1:
-            raise ValueError(f"must be at least 1 or None for the default window, got {value!r}")
+            raise ConfigurationError(
+                f"must be at least 1 or None for the default window, got {value!r}"
+            )
         return value
 
 

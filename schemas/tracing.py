@@ -329,7 +329,7 @@ def configure_from_env(
 
 def _kind(name: str) -> Any:
     if name not in _KINDS:
-        raise ValueError(f"span kind {name!r} is not one of {list(_KINDS)}")
+        raise ConfigurationError(f"span kind {name!r} is not one of {list(_KINDS)}")
     return getattr(SpanKind, name.upper())
 
 

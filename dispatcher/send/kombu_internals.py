@@ -46,6 +46,8 @@ from kombu.utils.json import dumps as kombu_json
 from kombu.utils.uuid import uuid as delivery_tag
 from redis.asyncio.client import Pipeline
 
+from toolfleet.schemas.errors import ConfigurationError
+
 __all__ = [
     "KOMBU_WRITTEN_AGAINST",
     "PRIORITY_SEPARATOR",
@@ -110,7 +112,7 @@ def split_queued_and_reserved(
     per_queue = len(PRIORITY_STEPS)
     expected = len(queues) * per_queue + 1
     if len(replies) != expected:
-        raise ValueError(
+        raise ConfigurationError(
             f"expected {expected} replies for {len(queues)} queues, got {len(replies)}: pass "
             "exactly the replies of read_queued_and_reserved for the same queues"
         )

@@ -34,7 +34,7 @@ from toolfleet.dispatcher.branch import Branch
 from toolfleet.dispatcher.fleet import Fleet
 from toolfleet.dispatcher.govern.session import Session
 from toolfleet.schemas.action import ActionResponseModel, CallParams
-from toolfleet.schemas.errors import ConfigurationError
+from toolfleet.schemas.errors import CallError, ConfigurationError
 from toolfleet.schemas.status import EventStatus
 
 try:
@@ -66,7 +66,7 @@ _SOURCE = "_toolfleet_source"
 AgentT = TypeVar("AgentT", bound=Agent[Any])
 
 
-class FleetToolError(Exception):
+class FleetToolError(CallError):
     """A call that did not complete on the fleet (failed, aborted, cancelled or denied).
 
     Raised inside the SDK's tool invoker, so the tool's ``failure_error_function`` turns it

@@ -26,6 +26,7 @@ from toolfleet.dispatcher.govern.session import Gate, Session
 from toolfleet.dispatcher.watch.progress_relay import CallProgress
 from toolfleet.schemas.action import ActionResponseModel, CallParams
 from toolfleet.schemas.error_info import ErrorInfo
+from toolfleet.schemas.errors import InternalError
 from toolfleet.schemas.messages import ActionResponse, Message
 from toolfleet.schemas.record import EventRecord
 from toolfleet.schemas.settings import Settings
@@ -170,7 +171,7 @@ async def run_batch(
             call_params=CallParams(max_concurrent=max_concurrent, output_dropna=False),
         )
         if len(responses) != len(calls):
-            raise RuntimeError(
+            raise InternalError(
                 f"Branch.act returned {len(responses)} results for {len(calls)} calls"
             )
         by_line = {
