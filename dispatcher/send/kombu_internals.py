@@ -7,9 +7,9 @@ where a call is (:mod:`toolfleet.dispatcher.watch.whereabouts`), to count what w
 reserved (``toolfleet status``) and to drop the reservations an interrupted embedded fleet left
 behind. What kombu's API does tell (a queue's depth: a passive ``queue_declare``; dropping the
 queued messages: ``app.control.purge``) is asked through it, not here.
-``tests/test_kombu_internals.py`` checks every key name and payload shape here against the installed
-kombu, through a real publish to a real Redis, and fails naming what changed; when it fails, fix
-this module, nowhere else. The workers' and Flower's counterparts are
+``tests/integration/test_kombu_internals.py`` checks every key name and payload shape here
+against the installed kombu, through a real publish to a real Redis, and fails naming what
+changed; when it fails, fix this module, nowhere else. The workers' and Flower's counterparts are
 :mod:`toolfleet.workers.celery_internals` and :mod:`toolfleet.cli.flower_internals`.
 
 The layout, as kombu 5.7.0's ``kombu.transport.redis.Channel`` keeps it (no ``global_keyprefix``
