@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from toolfleet.schemas.approval import DEFAULT_APPROVAL_TIMEOUT_S
 from toolfleet.schemas.error_info import ErrorInfo
@@ -96,7 +97,9 @@ class CallParams(ToolfleetModel):
     retry_backoff: float = Field(default=1.0, ge=1.0)
     timeout_s: float | None = None
     deadline_s: float | None = None
-    max_concurrent: int | None = None
+    # C8: calls of this act() in flight at once; None: settings.max_in_flight (256). Its old
+    # name, max_concurrent (lionagi's), is still accepted, with a DeprecationWarning.
+    max_in_flight: int | None = None
     throttle_period_s: float | None = None
     return_exceptions: bool = False
     output_dropna: bool = True
@@ -119,7 +122,33 @@ class CallParams(ToolfleetModel):
             raise ConfigurationError(f"must be a positive number of seconds or None, got {value!r}")
         return value
 
-    @field_validator("max_concurrent", "bundle_size")
+    @model_validator(mode="before")
+    @classmethod
+    def _old_window_name(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or "max_concurrent" not in data:
+            return data
+        data = dict(data)
+        old = data.pop("max_concurrent")
+        if data.get("max_in_flight", old) != old:
+            raise ConfigurationError(
+                f"max_concurrent={old!r} and max_in_flight={data['max_in_flight']!r} name the "
+                "same window; pass max_in_flight only"
+            )
+        warnings.warn(
+            "CallParams(max_concurrent=...) is deprecated; pass max_in_flight=..., the name "
+            "TOOLFLEET_MAX_IN_FLIGHT and Settings.max_in_flight use too",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        data["max_in_flight"] = old
+        return data
+
+    @property
+    def max_concurrent(self) -> int | None:
+        """The old name of :attr:`max_in_flight` (deprecated)."""
+        return self.max_in_flight
+
+    @field_validator("max_in_flight", "bundle_size")
     @classmethod
     def _positive_count(cls, value: int | str | None) -> int | str | None:
         if isinstance(value, int) and value < 1:

@@ -42,7 +42,7 @@ class Settings(ToolfleetModel):
     async_prefetch: int = Field(default=4, ge=1)
     # Must exceed the longest tool timeout, or Redis redelivers calls still running.
     visibility_timeout_s: float = Field(default=3600.0, gt=0)
-    # C8: calls of one act() in flight at once when call_params.max_concurrent is unset.
+    # C8: calls of one act() in flight at once when call_params.max_in_flight is unset.
     max_in_flight: int = Field(default=256, ge=1)
     max_argument_bytes: int = Field(default=1_000_000, ge=1)
     record_ttl_s: int = Field(default=7 * 24 * 3600, ge=1)

@@ -45,7 +45,7 @@ _CHILD = textwrap.dedent(
         fleet = Fleet(Settings(broker_url=sys.argv[1], tools=("tests.support.sample_tools",)))
         branch = Branch(fleet=fleet, id=sys.argv[2])
         calls = [{"function": "sleep_async", "arguments": {"seconds": 0.4}}] * int(sys.argv[3])
-        await branch.act(calls, call_params=CallParams(max_concurrent=4))
+        await branch.act(calls, call_params=CallParams(max_in_flight=4))
 
     asyncio.run(main())
     """

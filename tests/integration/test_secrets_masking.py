@@ -232,7 +232,7 @@ async def _kill_mid_batch(
         requests: list[dict[str, Any]] = [call("echo", value=i) for i in range(2)]
         requests += [call("sleep_sync", seconds=3.0) for _ in range(2)]
         requests += [call("echo", value=i) for i in range(2, 6)]
-        task = asyncio.ensure_future(branch.act(requests, call_params=CallParams(max_concurrent=2)))
+        task = asyncio.ensure_future(branch.act(requests, call_params=CallParams(max_in_flight=2)))
         await until_async(
             lambda: len(branch.messages) >= 4,  # the echoes' pairs: the slow calls are out
             timeout_s=30,

@@ -40,7 +40,7 @@ _CALL_PARAMS = {
     "retry_initial_delay": "retry_initial_delay_s",
     "retry_backoff": "retry_backoff",
     "retry_timeout": "timeout_s",
-    "max_concurrent": "max_concurrent",
+    "max_concurrent": "max_in_flight",
     "throttle_period": "throttle_period_s",
 }
 
@@ -257,8 +257,8 @@ def _call_params(params: Any) -> CallParams:
         value = getattr(params, theirs, None) if params is not None else None
         if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
             values[ours] = value
-    if "max_concurrent" in values:
-        values["max_concurrent"] = int(values["max_concurrent"])
+    if "max_in_flight" in values:
+        values["max_in_flight"] = int(values["max_in_flight"])
     return CallParams(**values)
 
 

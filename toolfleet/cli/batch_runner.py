@@ -110,7 +110,7 @@ async def run_batch(
     *,
     settings: Settings,
     strategy: str = "concurrent",
-    max_concurrent: int | None = None,
+    max_in_flight: int | None = None,
     gates: Sequence[Gate] = (),
     on_progress: ProgressCallback | None = None,
     branch_id: str | None = None,
@@ -168,7 +168,7 @@ async def run_batch(
             strategy=strategy,
             suppress_errors=True,
             # One result per line, also for a call whose output is None.
-            call_params=CallParams(max_concurrent=max_concurrent, output_dropna=False),
+            call_params=CallParams(max_in_flight=max_in_flight, output_dropna=False),
         )
         if len(responses) != len(calls):
             raise InternalError(
