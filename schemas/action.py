@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -98,7 +97,7 @@ class CallParams(ToolfleetModel):
     timeout_s: float | None = None
     deadline_s: float | None = None
     # C8: calls of this act() in flight at once; None: settings.max_in_flight (256). Its old
-    # name, max_concurrent (lionagi's), is still accepted, with a DeprecationWarning.
+    # name, max_concurrent (ADR-0012 D4's and lionagi's), is accepted as an alias.
     max_in_flight: int | None = None
     throttle_period_s: float | None = None
     return_exceptions: bool = False
@@ -134,18 +133,14 @@ class CallParams(ToolfleetModel):
                 f"max_concurrent={old!r} and max_in_flight={data['max_in_flight']!r} name the "
                 "same window; pass max_in_flight only"
             )
-        warnings.warn(
-            "CallParams(max_concurrent=...) is deprecated; pass max_in_flight=..., the name "
-            "TOOLFLEET_MAX_IN_FLIGHT and Settings.max_in_flight use too",
-            DeprecationWarning,
-            stacklevel=2,
-        )
+        # ADR-0012 D4's (and lionagi's) name: kept as an alias, not deprecated, so a caller
+        # written against the ADR's controls keeps working without a warning.
         data["max_in_flight"] = old
         return data
 
     @property
     def max_concurrent(self) -> int | None:
-        """The old name of :attr:`max_in_flight` (deprecated)."""
+        """ADR-0012 D4's name of :attr:`max_in_flight`, kept as an alias."""
         return self.max_in_flight
 
     @field_validator("max_in_flight", "bundle_size")

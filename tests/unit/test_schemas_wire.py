@@ -6,6 +6,7 @@ import asyncio
 import dataclasses
 import json
 import uuid
+import warnings
 
 import pytest
 from pydantic import ValidationError
@@ -195,13 +196,14 @@ def test_call_params_rejects_bad_values(field: str, value: object) -> None:
 
 
 def test_max_concurrent_is_the_in_flight_windows_old_name_still_accepted() -> None:
-    """One name for the window (C8), Settings.max_in_flight's; the old one still works."""
-    with pytest.warns(DeprecationWarning, match="max_in_flight"):
+    """One name for the window (C8), Settings.max_in_flight's; ADR-0012 D4's name, max_concurrent,
+    is an alias that works without a warning."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
         params = CallParams(max_concurrent=8)
-    assert params.max_in_flight == 8 and params.max_concurrent == 8
-    with pytest.warns(DeprecationWarning):
         assert CallParams.model_validate({"max_concurrent": 3}).max_in_flight == 3
-    with pytest.warns(DeprecationWarning), pytest.raises(ValidationError, match="max_in_flight"):
+    assert params.max_in_flight == 8 and params.max_concurrent == 8
+    with pytest.raises(ValidationError, match="max_in_flight"):
         CallParams(max_concurrent=0)
     with pytest.raises(ValidationError, match="name the same window"):
         CallParams(max_concurrent=2, max_in_flight=4)
