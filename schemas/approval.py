@@ -14,7 +14,9 @@ import time
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict
+
+from toolfleet.schemas.model import ToolfleetModel
 
 __all__ = [
     "DECIDE_SCRIPT",
@@ -65,7 +67,7 @@ return {'ok', at}
 _PRIVATE_FIELDS = ("message", "route")
 
 
-class ApprovalRequest(BaseModel):
+class ApprovalRequest(ToolfleetModel):
     """One call parked for approval: what ``toolfleet approvals`` lists and handlers get.
 
     ``arguments`` are redacted (a secret argument's value is never shown). ``requested_at``,
