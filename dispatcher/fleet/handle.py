@@ -15,11 +15,12 @@ from celery import Celery
 
 from toolfleet.dispatcher.fleet.first_contact import BrokerContact
 from toolfleet.dispatcher.fleet.loop_binding import LoopBinding
-from toolfleet.dispatcher.govern.approval_desk import ApprovalDesk
+from toolfleet.dispatcher.govern import approvals as parked
 from toolfleet.dispatcher.govern.approvals import ApprovalHandler
 from toolfleet.dispatcher.history.durable import DurableLog
 from toolfleet.dispatcher.watch.collector import Collector
 from toolfleet.dispatcher.watch.reconciler import Reconciler
+from toolfleet.schemas.approval import ApprovalRequest
 from toolfleet.schemas.errors import ConfigurationError
 from toolfleet.schemas.keys import Keys
 from toolfleet.schemas.settings import ENV_PREFIX, Settings
@@ -37,7 +38,7 @@ __all__ = ["Fleet"]
 log = logging.getLogger(__name__)
 
 
-class Fleet(ApprovalDesk):
+class Fleet:
     """Everything a dispatcher needs to send calls to the workers and hear back.
 
     The tools named in ``settings.tools`` are imported into ``registry`` (the default
@@ -210,6 +211,32 @@ class Fleet(ApprovalDesk):
                     max_workers=1, thread_name_prefix="toolfleet-publish"
                 )
             return self._executor
+
+    # -- calls parked for approval (toolfleet.dispatcher.govern.approvals) ------------------
+
+    async def approve(
+        self, call_id: str, *, by: str | None = None, reason: str | None = None
+    ) -> ApprovalRequest:
+        """Let the waiting call ``call_id`` run; ApprovalError when it is not waiting."""
+        return await parked.approve(self.redis, self.keys, call_id, by=by, reason=reason)
+
+    async def deny(self, call_id: str, reason: str, *, by: str | None = None) -> ApprovalRequest:
+        """Refuse the waiting call ``call_id``: it ends as a denial the model reads, with
+        ``reason``; ApprovalError when it is not waiting."""
+        return await parked.deny(self.redis, self.keys, call_id, reason, by=by)
+
+    async def approvals(self) -> list[ApprovalRequest]:
+        """Every call of the fleet waiting for approval, oldest first."""
+        return await parked.waiting_approvals(self.redis, self.keys)
+
+    def on_approval(self, handler: ApprovalHandler) -> ApprovalHandler:
+        """Install ``handler(request) -> True | False | None`` (sync or async): called in this
+        process for each call its batches park. True approves, False denies, None leaves the
+        call waiting for another decider; a handler that raises or returns anything else is
+        logged and skipped. To deny with a reason the model reads, a handler awaits
+        ``fleet.deny(request.call_id, reason)`` and returns None."""
+        self.approval_handlers.append(handler)
+        return handler
 
     async def aclose(self) -> None:
         """Close the running loop's clients and background tasks now.

@@ -36,8 +36,10 @@ __all__ = [
     "ApprovalHandler",
     "Escalate",
     "approval_hashes",
+    "approve",
     "decide",
     "default_decider",
+    "deny",
     "expire",
     "load_approval",
     "park",
@@ -177,6 +179,35 @@ async def decide(
             f"call {call_id!r} was {state} but its record has since expired"
         )
     return decided
+
+
+async def approve(
+    client: aioredis.Redis,
+    keys: Keys,
+    call_id: str,
+    *,
+    by: str | None = None,
+    reason: str | None = None,
+) -> ApprovalRequest:
+    """Let the waiting call ``call_id`` run (``fleet.approve``); ApprovalError when it is not
+    waiting. Any process that reaches the broker may decide any waiting call, whoever parked
+    it: a decision is a Redis write, read by the dispatcher that waits (docs/controls.md)."""
+    return await decide(
+        client, keys, call_id, "approved", by=by or default_decider(), reason=reason
+    )
+
+
+async def deny(
+    client: aioredis.Redis, keys: Keys, call_id: str, reason: str, *, by: str | None = None
+) -> ApprovalRequest:
+    """Refuse the waiting call ``call_id`` (``fleet.deny``): it ends as a denial the model
+    reads, with ``reason``; ApprovalError when it is not waiting."""
+    if not isinstance(reason, str) or not reason.strip():
+        raise ValueError(
+            f"deny() needs a reason, got {reason!r}; the model reads it, so say why "
+            "(for example fleet.deny(call_id, 'only read-only queries today'))"
+        )
+    return await decide(client, keys, call_id, "denied", by=by or default_decider(), reason=reason)
 
 
 async def wait_for_decision(
