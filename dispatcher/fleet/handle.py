@@ -17,7 +17,7 @@ from toolfleet.dispatcher.fleet.first_contact import BrokerContact
 from toolfleet.dispatcher.fleet.loop_binding import LoopBinding
 from toolfleet.dispatcher.govern import approvals as parked
 from toolfleet.dispatcher.govern.approvals import ApprovalHandler
-from toolfleet.dispatcher.history.durable import DurableLog
+from toolfleet.dispatcher.watch.broker_watch import KeptHistory
 from toolfleet.dispatcher.watch.collector import Collector
 from toolfleet.dispatcher.watch.reconciler import Reconciler
 from toolfleet.schemas.approval import ApprovalRequest
@@ -154,7 +154,7 @@ class Fleet:
         return self._bind().redis
 
     @property
-    def histories(self) -> dict[DurableLog, int]:
+    def histories(self) -> dict[KeptHistory, int]:
         """The running loop's histories of branches with a batch in flight (see LoopBinding)."""
         return self._bind().histories
 

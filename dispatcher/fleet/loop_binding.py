@@ -19,8 +19,7 @@ from toolfleet.broker.redis_url import (
     check_sentinel_master,
     require_replica_acks,
 )
-from toolfleet.dispatcher.history.durable import DurableLog
-from toolfleet.dispatcher.watch.broker_watch import BrokerWatch
+from toolfleet.dispatcher.watch.broker_watch import BrokerWatch, KeptHistory
 from toolfleet.dispatcher.watch.collector import Collector, connect
 from toolfleet.dispatcher.watch.reconciler import Reconciler
 from toolfleet.schemas.errors import InternalError
@@ -57,7 +56,7 @@ class LoopBinding:
         self.collector.start()
         # The histories of branches with a batch in flight on this loop (each with its count
         # of batches): a broker that restarts without its data gets them back from memory.
-        self.histories: dict[DurableLog, int] = {}
+        self.histories: dict[KeptHistory, int] = {}
         # A broker restart or long outage must not leave calls awaited forever.
         self.watch = BrokerWatch(
             # Keeps redis-py's 5 s read timeout: its probe is how a stalled broker (alive to

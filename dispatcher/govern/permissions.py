@@ -6,12 +6,12 @@ import fnmatch
 import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol
 
 from toolfleet.dispatcher.accept.context import CallContext
 from toolfleet.dispatcher.govern.approvals import Escalate
 from toolfleet.dispatcher.govern.callbacks import call_user
-from toolfleet.dispatcher.govern.hooks import HookHandler, HookPoint
+from toolfleet.dispatcher.govern.hooks import HookBus, HookHandler, HookPoint
 from toolfleet.schemas.action import ToolInvocation
 from toolfleet.schemas.errors import (
     ApprovalRequired,
@@ -20,13 +20,18 @@ from toolfleet.schemas.errors import (
     WrongTypeError,
 )
 
-if TYPE_CHECKING:
-    from toolfleet.dispatcher.branch import Branch
-
 __all__ = ["Decision", "PermissionDecision", "PermissionPolicy"]
 
 Decision = Literal["allow", "deny", "escalate"]
 _MODES = ("allow_all", "deny_all")
+
+
+class Hooked(Protocol):
+    """What :meth:`PermissionPolicy.install` needs of a branch: its hooks (a ``Branch`` has
+    them; governance sits below the branch and never imports it)."""
+
+    @property
+    def hooks(self) -> HookBus: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +123,7 @@ class PermissionPolicy:
 
         return permission_pre_hook
 
-    def install(self, branch: Branch) -> HookHandler:
+    def install(self, branch: Hooked) -> HookHandler:
         """Register :meth:`pre_hook` on ``branch``; returns the handler (for ``hooks.off``)."""
         return branch.hooks.on(HookPoint.TOOL_PRE, self.pre_hook())
 

@@ -33,6 +33,7 @@ from toolfleet.dispatcher.accept.envelope import Envelope
 from toolfleet.dispatcher.fleet import Fleet
 from toolfleet.dispatcher.govern.session_signals import HistoryWriteFailed, Signal
 from toolfleet.dispatcher.history.durable import DurableLog
+from toolfleet.dispatcher.watch.broker_watch import KeptHistory
 from toolfleet.schemas.errors import InternalError, MalformedRequestError
 from toolfleet.schemas.keys import Keys
 from toolfleet.schemas.record import bounded_arguments, shown_arguments
@@ -277,7 +278,7 @@ class BatchJournal:
         self.progress_key = progress_key(fleet.keys, batch_id)
         self._finished = False
         self.opening: JournalOpening | None = None
-        self._registered: dict[DurableLog, int] | None = None
+        self._registered: dict[KeptHistory, int] | None = None
 
     def start(
         self, items: Sequence[Envelope | MalformedRequestError], call_ids: Sequence[str]

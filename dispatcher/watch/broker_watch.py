@@ -23,11 +23,11 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
+from typing import Protocol
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from toolfleet.dispatcher.history.durable import DurableLog
 from toolfleet.dispatcher.infra.outage_log import outage_log
 from toolfleet.dispatcher.infra.stopping import cancel_and_wait, raise_if_cancelled
 from toolfleet.dispatcher.watch.collector import Collector
@@ -36,7 +36,19 @@ from toolfleet.schemas.errors import BrokerError
 from toolfleet.schemas.keys import Keys
 from toolfleet.schemas.settings import Settings, masked_url
 
-__all__ = ["CHECK_INTERVAL_S", "RESTART_GRACE_S", "BrokerWatch"]
+__all__ = ["CHECK_INTERVAL_S", "RESTART_GRACE_S", "BrokerWatch", "KeptHistory"]
+
+
+class KeptHistory(Protocol):
+    """A branch history kept in memory while its batch runs (the history step's DurableLog):
+    what a broker restart lost of it can be written again."""
+
+    branch_id: str
+
+    async def restore(
+        self, client: aioredis.Redis, keys: Keys, ttl_s: int, *, lost: bool
+    ) -> bool: ...
+
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +74,7 @@ class BrokerWatch:
         outage_limit_s: float | None = None,
         queues: Sequence[str] = (),
         on_restart: Callable[[], None] | None = None,
-        histories: Callable[[], Iterable[DurableLog]] = tuple,
+        histories: Callable[[], Iterable[KeptHistory]] = tuple,
         record_ttl_s: int | None = None,
         on_answer: Callable[[], None] | None = None,
     ) -> None:
