@@ -14,9 +14,10 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any, Literal
 
+from toolfleet.dispatcher.accept.admission import Item, initial_call_id
 from toolfleet.dispatcher.accept.context import CallContext, new_call_id
 from toolfleet.dispatcher.accept.envelope import normalize_batch
-from toolfleet.dispatcher.batch.opening import Item, initial_call_id, open_call
+from toolfleet.dispatcher.batch.opening import open_call
 from toolfleet.dispatcher.batch.progress_relay import ProgressCallback, ProgressRelay
 from toolfleet.dispatcher.batch.transaction import (
     Authorize,

@@ -22,10 +22,11 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from toolfleet.broker import tracing
+from toolfleet.dispatcher.accept.admission import Item
 from toolfleet.dispatcher.accept.context import CallContext
 from toolfleet.dispatcher.batch.approval_step import seek_approval
 from toolfleet.dispatcher.batch.deadline import Deadline
-from toolfleet.dispatcher.batch.opening import Item, open_call
+from toolfleet.dispatcher.batch.opening import open_call
 from toolfleet.dispatcher.batch.progress_relay import ProgressRelay
 from toolfleet.dispatcher.batch.units import (
     HOOK_SUMMARY_CHARS,
