@@ -1,3 +1,4 @@
-"""Step 2, govern: the session gate, the permission policy and the lifecycle hooks."""
+"""Layer govern: the permission policy, approvals, the lifecycle hooks, user callbacks and
+signals (docs/layout.md: the layers)."""
 
 __all__: list[str] = []

@@ -258,3 +258,90 @@ def test_step_table_matches_the_folders() -> None:
         if path.name != "__init__.py" and relative not in listed:
             wrong.append(f"{relative} is in no step of {STEP_TABLE.name}'s table: add it to a row")
     assert wrong == [], "\n".join(wrong)
+
+
+# The dispatcher's layers: the step table's rows, top to bottom. A module imports only
+# modules of its own step and of the steps in rows below it (nothing up, nothing sideways).
+DISPATCHER = "toolfleet.dispatcher"
+
+
+def _steps() -> list[tuple[str, str, list[str]]]:
+    """(step, folder, modules) of each row of the step table, top row first."""
+    return [
+        (step, folder, re.findall(r"`(\w+)`", cell))
+        for step, folder, cell in STEP_ROW.findall(STEP_TABLE.read_text())
+    ]
+
+
+def _step_of(module: str, steps: list[tuple[str, str, list[str]]]) -> str | None:
+    """The step (row) a dispatcher module belongs to: its folder's, or for a module directly
+    in dispatcher/ the row that names it; None for the dispatcher's own __init__ and modules
+    outside the dispatcher."""
+    if not _under(module, DISPATCHER) or module == DISPATCHER:
+        return None
+    parts = module.removeprefix(DISPATCHER + ".").split(".")
+    for step, folder, names in steps:
+        inside = folder.removeprefix("dispatcher/").rstrip("/")
+        if (inside and parts[0] == inside) or (
+            not inside and len(parts) == 1 and parts[0] in names
+        ):
+            return step
+    return None
+
+
+def _layer_violations(
+    graph: dict[str, dict[str, int]], steps: list[tuple[str, str, list[str]]]
+) -> list[str]:
+    rank = {step: index for index, (step, _, _) in enumerate(steps)}
+    wrong = []
+    for name, edges in sorted(graph.items()):
+        here = _step_of(name, steps)
+        if here is None:
+            continue
+        for target, line in sorted(edges.items()):
+            if target == DISPATCHER:
+                wrong.append(
+                    f"{name} (line {graph[name][target]}) imports {target}, the dispatcher's "
+                    "public face above every step: import the module that defines the name"
+                )
+                continue
+            there = _step_of(target, steps)
+            if there is not None and rank[there] < rank[here]:
+                wrong.append(
+                    f"{name} (step {here}, line {line}) imports {target} (step {there}): up a layer"
+                )
+    return wrong
+
+
+def test_the_layer_check_names_both_modules_of_an_import_that_goes_up() -> None:
+    steps = [
+        ("entry", "dispatcher/", ["branch"]),
+        ("batch", "dispatcher/batch/", ["act"]),
+        ("send", "dispatcher/send/", ["enqueue"]),
+    ]
+    d = DISPATCHER
+    graph = {
+        f"{d}.branch": {f"{d}.batch.act": 1, f"{d}.send.enqueue": 2},
+        f"{d}.batch.act": {f"{d}.send.enqueue": 3},
+        f"{d}.send.enqueue": {f"{d}.batch.act": 4, f"{d}.branch": 5},
+    }
+    wrong = _layer_violations(graph, steps)
+    assert len(wrong) == 2, wrong
+    assert f"{d}.send.enqueue (step send" in wrong[0] and f"imports {d}.batch.act" in wrong[0]
+    assert f"imports {d}.branch (step entry)" in wrong[1]
+    assert _layer_violations({f"{d}.batch.act": {d: 7}}, steps)  # the public face is the top
+    assert _step_of(f"{d}.sync_run", steps) is None  # in dispatcher/, in no row
+    assert _step_of("toolfleet.schemas.keys", steps) is None
+
+
+def test_dispatcher_steps_import_only_the_steps_below_them() -> None:
+    steps = _steps()
+    order = [step for step, _, _ in steps]
+    assert len(set(order)) == len(order), f"a step has two rows in {STEP_TABLE.name}: {order}"
+    wrong = _layer_violations(_graph(), steps)
+    assert wrong == [], (
+        f"the steps of {STEP_TABLE.name}'s table are layers, top row first ({' > '.join(order)});"
+        " a module imports only its own step's modules and the steps below it. Move what both "
+        "need down, or have the lower module declare what it needs as a Protocol:\n"
+        + "\n".join(wrong)
+    )
