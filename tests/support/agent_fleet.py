@@ -54,11 +54,14 @@ class AgentFleet:
 
 
 @contextmanager
-def agent_fleet(fleet_settings: Settings, redis_url: str, name: str) -> Iterator[AgentFleet]:
-    settings, env = own_queues(fleet_settings, name, tools=TOOLS)
-    sync = start_worker("sync", redis_url=redis_url, tools=TOOLS, concurrency=8, env=env)
+def agent_fleet(
+    fleet_settings: Settings, redis_url: str, name: str, tools: tuple[str, ...] = TOOLS
+) -> Iterator[AgentFleet]:
+    """The two workers, loading ``tools`` (tool modules) on queues of their own."""
+    settings, env = own_queues(fleet_settings, name, tools=tools)
+    sync = start_worker("sync", redis_url=redis_url, tools=tools, concurrency=8, env=env)
     try:
-        async_ = start_worker("async", redis_url=redis_url, tools=TOOLS, env=env)
+        async_ = start_worker("async", redis_url=redis_url, tools=tools, env=env)
     except BaseException:
         sync.stop(timeout_s=5)
         raise

@@ -1,0 +1,200 @@
+"""The calls of ``FleetToolNode`` (toolfleet.adapters.langgraph) on the fleet: the stand-in
+LangChain tool whose function is a call on the fleet, the call's envelope (the model's
+arguments and the values LangGraph injected), a result turned back into what the local
+function would have returned or raised, and the gathering of a node run's calls into one batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import contextlib
+import json
+from contextvars import ContextVar
+from typing import Any, get_origin
+
+from langchain_core.messages import ToolCall
+from langchain_core.runnables.config import RunnableConfig
+from langchain_core.tools import BaseTool, StructuredTool, ToolException
+from langgraph.prebuilt import InjectedStore, ToolRuntime
+from pydantic import BaseModel
+from pydantic_core import to_jsonable_python
+
+from toolfleet.dispatcher.batch.units import DENIED_OUTPUT_ERROR
+from toolfleet.schemas.action import ActionResponseModel
+from toolfleet.schemas.errors import ConfigurationError
+from toolfleet.schemas.tool import Tool
+from toolfleet.workers.specs import tool_description
+
+__all__ = [
+    "CALL",
+    "GATHER_S",
+    "RUN",
+    "FleetCall",
+    "NodeRun",
+    "envelope",
+    "exception",
+    "langchain_tool",
+    "model_keys",
+    "refuse_live_injections",
+]
+
+# The tool call a stand-in is invoked for (its id keys the call on the branch, C7).
+CALL: ContextVar[ToolCall | None] = ContextVar("toolfleet_langgraph_call", default=None)
+# How long a call waits for the other calls of its node run, to be sent with them.
+GATHER_S = 0.5
+
+# One node run: its calls without a thread are one batch; its results by tool-call id.
+RUN: ContextVar[NodeRun | None] = ContextVar("toolfleet_langgraph_run", default=None)
+
+
+class NodeRun:
+    """One node run: its calls' results by tool-call id, and the gathering of its calls into
+    one batch. ToolNode starts every call at once, but each reaches the fleet only after
+    LangChain's validation and callbacks, some loop ticks later; so a call waits until every
+    call of the run is sent or finished (refused by validation, short-circuited by an
+    interceptor), at most :data:`GATHER_S`, and then all are submitted in the same tick."""
+
+    def __init__(self, call_ids: set[str]) -> None:
+        self.results: dict[str, ActionResponseModel] = {}
+        self.sending: set[asyncio.Task[Any]] = set()
+        self._unsettled = set(call_ids)
+        self._ready = asyncio.Event()
+        if not self._unsettled:
+            self._ready.set()
+
+    def settle(self, call_id: str) -> None:
+        """``call_id`` is sent, or done without being sent."""
+        self._unsettled.discard(call_id)
+        if not self._unsettled:
+            self._ready.set()
+
+    async def wind_down(self) -> None:
+        """Wait for the run's calls on the fleet to end, once they are cancelled."""
+        pending = {t for t in self.sending if not t.done()}
+        while pending:
+            with contextlib.suppress(asyncio.CancelledError):
+                # Bounded: each was cancelled, and a batch's cancellation is (C9).
+                await asyncio.wait(pending)
+            pending = {t for t in pending if not t.done()}
+
+    async def gathered(self, call_id: str) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            self.sending.add(task)
+        self.settle(call_id)
+        with contextlib.suppress(TimeoutError):
+            # Bounded: an interceptor may hold its call back for good (or until another
+            # call's result), and the calls already here must not wait for it.
+            await asyncio.wait_for(self._ready.wait(), GATHER_S)
+
+
+class FleetCall(StructuredTool):
+    """A node's stand-in for one tool: LangChain's invoke around a call on the fleet."""
+
+    def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        token = CALL.set(input if _is_tool_call(input) else None)
+        try:
+            return super().invoke(input, config, **kwargs)
+        finally:
+            CALL.reset(token)
+
+    async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        token = CALL.set(input if _is_tool_call(input) else None)
+        try:
+            return await super().ainvoke(input, config, **kwargs)
+        finally:
+            CALL.reset(token)
+
+
+def exception(result: ActionResponseModel) -> Exception:
+    """The exception of a call that did not complete, as the tool raised it where possible:
+    a built-in exception type is rebuilt from toolfleet's ``"Type: message"`` text; a call a
+    gate refused is a PermissionError; anything else a ToolException with toolfleet's text."""
+    text = result.error or ""
+    if text == DENIED_OUTPUT_ERROR:
+        return PermissionError(text)
+    name, sep, message = text.partition(": ")
+    kind = getattr(builtins, name, None) if sep else None
+    if isinstance(kind, type) and issubclass(kind, Exception):
+        return kind(message)
+    return ToolException(text)
+
+
+def envelope(name: str, model_keys: frozenset[str], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The call to enqueue: the model's (validated) arguments, as JSON, and the values the
+    framework injected — ToolNode has already dropped any the model sent for them."""
+    arguments: dict[str, Any] = {}
+    for key, value in kwargs.items():
+        if key in model_keys:
+            arguments[key] = to_jsonable_python(value, fallback=str)
+            continue
+        try:
+            json.dumps(value)
+        except (TypeError, ValueError):
+            raise ConfigurationError(
+                f"tool {name!r}: the value LangGraph injects for parameter {key!r} is a "
+                f"{type(value).__name__}, not JSON, so it cannot reach a worker; inject a "
+                "state field of JSON values (strings, numbers, lists, dicts)"
+            ) from None
+        arguments[key] = value
+    envelope: dict[str, Any] = {"function": name, "arguments": arguments}
+    call = CALL.get()
+    if call is not None and call.get("id"):
+        envelope["id"] = call["id"]
+    return envelope
+
+
+def langchain_tool(tool: Tool) -> BaseTool:
+    """A LangChain tool over a toolfleet function: LangChain's schema of its signature (the
+    injected parameters hidden from the model), toolfleet's description."""
+    function = tool.func_callable
+    is_async = tool.kind == "async"
+    return StructuredTool.from_function(
+        func=None if is_async else function,
+        coroutine=function if is_async else None,
+        name=tool.function,
+        description=tool_description(tool),
+        args_schema=tool.request_options,
+    )
+
+
+def model_keys(tool: BaseTool) -> frozenset[str]:
+    """The arguments the model sends: those of the schema it is shown."""
+    schema = tool.tool_call_schema
+    if isinstance(schema, dict):
+        return frozenset(schema.get("properties") or {})
+    fields = getattr(schema, "model_fields", None) or getattr(schema, "__fields__", {})
+    return frozenset(fields)
+
+
+def refuse_live_injections(tool: BaseTool, model_keys: frozenset[str]) -> None:
+    """ConfigurationError for a parameter that would get a live object (a store, the runtime)."""
+    schema = tool.args_schema if isinstance(tool.args_schema, type) else tool.get_input_schema()
+    if not issubclass(schema, BaseModel):
+        return
+    for key, field in schema.model_fields.items():
+        if key in model_keys:
+            continue
+        marks = [field.annotation, *field.metadata]
+        if any(_is(mark, InjectedStore) for mark in marks):
+            what = "InjectedStore (a live store)"
+        elif any(_is(mark, ToolRuntime) for mark in marks):
+            what = "ToolRuntime (live objects)"
+        else:
+            continue
+        raise ConfigurationError(
+            f"tool {tool.name!r}: parameter {key!r} is {what}, which cannot reach a worker; "
+            "inject JSON state with InjectedState(...) instead, or keep this tool in a ToolNode"
+        )
+
+
+def _is(mark: Any, kind: type) -> bool:
+    if isinstance(mark, kind):
+        return True
+    cls = mark if isinstance(mark, type) else get_origin(mark)
+    return isinstance(cls, type) and issubclass(cls, kind)
+
+
+def _is_tool_call(value: Any) -> bool:
+    return isinstance(value, dict) and value.get("type") == "tool_call"
