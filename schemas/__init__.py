@@ -1,6 +1,7 @@
 """toolfleet's domain models: everything that crosses the broker or is stored."""
 
 from toolfleet.schemas.action import ActionResponseModel, CallParams, ToolInvocation
+from toolfleet.schemas.error_info import ErrorInfo, error_record, rebuild_error
 from toolfleet.schemas.errors import (
     ArgumentValidationError,
     BrokerError,
@@ -13,6 +14,7 @@ from toolfleet.schemas.errors import (
     NoWorkerError,
     OversizedArgumentsError,
     RefusedCallError,
+    RemoteToolError,
     ToolfleetError,
     ToolTimeoutError,
     UnknownToolError,
@@ -72,6 +74,7 @@ __all__ = [
     "ConfigurationError",
     "DispatcherLostError",
     "DuplicateToolError",
+    "ErrorInfo",
     "Event",
     "EventRecord",
     "EventStatus",
@@ -83,6 +86,7 @@ __all__ = [
     "NotJSONError",
     "OversizedArgumentsError",
     "RefusedCallError",
+    "RemoteToolError",
     "Tool",
     "ToolInvocation",
     "ToolKind",
@@ -93,12 +97,14 @@ __all__ = [
     "anthropic_tool_result",
     "callable_kind",
     "describe_exception",
+    "error_record",
     "format_error",
     "is_coro_func",
     "normalize_arguments",
     "not_run_result",
     "openai_function_call_output",
     "openai_tool_message",
+    "rebuild_error",
     "redact",
     "render_results",
     "result_text",

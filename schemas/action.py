@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from toolfleet.schemas.approval import DEFAULT_APPROVAL_TIMEOUT_S
+from toolfleet.schemas.error_info import ErrorInfo
 from toolfleet.schemas.limits import DEFAULT_LIMIT_WAIT_S
 from toolfleet.schemas.provider import (
     anthropic_tool_result,
@@ -49,15 +50,20 @@ class ActionResponseModel(BaseModel):
     # What the model called: "custom" for an OpenAI custom tool call (free-form text input),
     # answered in the Responses API by a custom_tool_call_output item; else "function".
     tool_call_type: Literal["function", "custom"] = "function"
+    # The error as structure (type, module, message, fields): what ``error`` says as text,
+    # for code to read (toolfleet.schemas.error_info). None when the call did not fail, and
+    # for a gate's denial, which is not an error (D2).
+    error_info: ErrorInfo | None = None
 
     def model_post_init(self, context: Any, /) -> None:
         # To save memory, a result with every field given shares one set of field names
         # instead of its own (about 0.7 KB per result, the biggest part of a 100,000-call
         # act()'s return value). Safe to share: setting a field adds a name already in it.
-        # Every field but tool_call_type counts as every field: its default is what such a
-        # result (any call but a custom one) would be given.
+        # Every field but tool_call_type and error_info counts as every field: their defaults
+        # are what such a result (any call but a custom one; one built before error_info
+        # existed, or without an error) would be given.
         fields_set = self.__pydantic_fields_set__
-        if len(fields_set) >= len(_ALL_BUT_TYPE) and fields_set in _SHARED_WHEN:
+        if len(fields_set) >= _FEWEST_SHARED and fields_set in _SHARED_WHEN:
             object.__setattr__(self, "__pydantic_fields_set__", _ALL_RESULT_FIELDS)
 
     @property
@@ -121,5 +127,11 @@ class CallParams(BaseModel):
 
 # Every field name of ActionResponseModel; shared by the results that set them all.
 _ALL_RESULT_FIELDS: set[str] = set(ActionResponseModel.model_fields)
-_ALL_BUT_TYPE: frozenset[str] = frozenset(_ALL_RESULT_FIELDS - {"tool_call_type"})
-_SHARED_WHEN = (_ALL_RESULT_FIELDS, _ALL_BUT_TYPE)
+# The sets that count as every field: all of them, less any of the defaulted ones.
+_SHARED_WHEN = (
+    _ALL_RESULT_FIELDS,
+    frozenset(_ALL_RESULT_FIELDS - {"tool_call_type"}),
+    frozenset(_ALL_RESULT_FIELDS - {"error_info"}),
+    frozenset(_ALL_RESULT_FIELDS - {"tool_call_type", "error_info"}),
+)
+_FEWEST_SHARED = len(_ALL_RESULT_FIELDS) - 2

@@ -115,7 +115,8 @@ def check_arguments(
                 raise ArgumentValidationError(
                     f"argument {_argument(path)} of tool {tool} is nested more than {max_depth} "
                     f"levels deep (at {format_path(path)}); flatten it, or pass a reference "
-                    "(a path or URL) instead"
+                    "(a path or URL) instead",
+                    argument=_argument_name(path),
                 )
             if isinstance(value, Mapping):
                 for key, child in value.items():
@@ -181,5 +182,10 @@ def _argument(path: tuple[Any, ...]) -> str:
 def _not_json(tool: str, path: tuple[Any, ...], problem: str, fix: str) -> NotJSONError:
     return NotJSONError(
         f"argument {_argument(path)} of tool {tool} breaks the JSON contract: "
-        f"{format_path(path)}: {problem}; {fix}"
+        f"{format_path(path)}: {problem}; {fix}",
+        argument=_argument_name(path),
     )
+
+
+def _argument_name(path: tuple[Any, ...]) -> str | None:
+    return str(path[0]) if path else None

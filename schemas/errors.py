@@ -5,7 +5,7 @@ Messages name the offending value and say what to do instead.
 
 from __future__ import annotations
 
-import re
+from typing import Any, ClassVar
 
 __all__ = [
     "ApprovalDeniedError",
@@ -25,6 +25,7 @@ __all__ = [
     "OversizedArgumentsError",
     "RateLimitedError",
     "RefusedCallError",
+    "RemoteToolError",
     "ToolTimeoutError",
     "ToolfleetError",
     "UnknownToolError",
@@ -34,6 +35,10 @@ __all__ = [
 
 class ToolfleetError(Exception):
     """Base class for all toolfleet errors."""
+
+    # The attributes a call's structured error carries (ErrorInfo.fields) for this class:
+    # the facts a caller acts on without reading the message (JSON values; None left out).
+    info_fields: ClassVar[tuple[str, ...]] = ()
 
 
 class ConfigurationError(ToolfleetError, ValueError):
@@ -53,6 +58,13 @@ class MalformedRequestError(ToolfleetError, ValueError):
 
 class ArgumentValidationError(ToolfleetError, ValueError):
     """Raised when a call's arguments do not fit the tool's declared parameters."""
+
+    info_fields = ("argument",)
+
+    def __init__(self, message: str = "", *, argument: str | None = None) -> None:
+        super().__init__(message)
+        # The (first) offending argument's name, when one argument is at fault.
+        self.argument = argument
 
 
 class NotJSONError(ArgumentValidationError):
@@ -78,6 +90,13 @@ class DuplicateToolError(ToolfleetError, ValueError):
 
 class ToolTimeoutError(ToolfleetError, TimeoutError):
     """Raised when a tool runs past its ``timeout_s`` or its task's time limit."""
+
+    info_fields = ("timeout_s",)
+
+    def __init__(self, message: str = "", *, timeout_s: float | None = None) -> None:
+        super().__init__(message)
+        # The limit the call missed, in seconds, when one is known.
+        self.timeout_s = timeout_s
 
 
 class WorkerLostError(ToolfleetError):
@@ -108,15 +127,12 @@ class DispatcherLostError(ToolfleetError):
 class RateLimitedError(ToolfleetError):
     """Raised when a call is over its tool's rate limit or concurrency cap past limit_wait_s."""
 
-    # retry_after_s: when a retry may be let through; read back from the message when the
-    # error is rebuilt from a record ("...; retry after 0.4 s").
-    _RETRY_AFTER = re.compile(r"retry after (\d+(?:\.\d+)?) s")
+    info_fields = ("retry_after_s",)
 
     def __init__(self, message: str = "", *, retry_after_s: float | None = None) -> None:
         super().__init__(message)
-        if retry_after_s is None:
-            found = self._RETRY_AFTER.search(message)
-            retry_after_s = float(found.group(1)) if found else None
+        # When a retry may be let through, in seconds; a result carries it as
+        # error_info.fields["retry_after_s"], and rebuild_error sets it back.
         self.retry_after_s = retry_after_s
 
 
@@ -134,3 +150,25 @@ class ApprovalError(ToolfleetError, LookupError):
 
 class NoCurrentCallError(ToolfleetError, RuntimeError):
     """Raised when ``current_call()`` is asked for outside a tool body running on a worker."""
+
+
+class RemoteToolError(ToolfleetError):
+    """Raised in the caller's process for a recorded error whose class cannot be rebuilt
+    there (``toolfleet.rebuild_error``): it names the original type, module and fields."""
+
+    def __init__(
+        self,
+        message: str = "",
+        *,
+        type_name: str = "Exception",
+        module: str = "",
+        fields: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.type_name = type_name
+        self.module = module
+        self.fields = dict(fields or {})
+
+    def __repr__(self) -> str:
+        where = f"{self.module}." if self.module else ""
+        return f"RemoteToolError({where}{self.type_name}: {self.args[0] if self.args else ''!r})"

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from toolfleet.schemas.serialize import describe_exception, to_jsonable
+from toolfleet.schemas.error_info import error_record
+from toolfleet.schemas.serialize import to_jsonable
 from toolfleet.schemas.status import EventStatus
 
 __all__ = ["MAX_ERRORS", "Execution"]
@@ -77,7 +78,7 @@ class Execution:
 def _error_to_jsonable(error: str | BaseException | None) -> Any:
     if error is None or isinstance(error, str):
         return error
-    described: dict[str, Any] = describe_exception(error)
+    described: dict[str, Any] = error_record(error)
     if isinstance(error, BaseExceptionGroup):
         # A group raised by a tool itself is not capped by add_error; cap what is stored.
         # Its message still says how many members it had.

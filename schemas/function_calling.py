@@ -57,7 +57,8 @@ def normalize_arguments(tool: Tool, arguments: Any) -> dict[str, Any]:
         except ValidationError as exc:
             raise ArgumentValidationError(
                 f"arguments for tool {tool.function!r} do not match "
-                f"{tool.request_options.__name__}: {_validation_summary(exc)}"
+                f"{tool.request_options.__name__}: {_validation_summary(exc)}",
+                argument=_first_argument(exc),
             ) from None
         return model.model_dump(exclude_unset=True)
     if not tool.strict:
@@ -65,13 +66,15 @@ def normalize_arguments(tool: Tool, arguments: Any) -> dict[str, Any]:
         if missing:
             raise ArgumentValidationError(
                 f"tool {tool.function!r} is missing required arguments {sorted(missing)}; "
-                f"it takes {sorted(tool.required_fields)}"
+                f"it takes {sorted(tool.required_fields)}",
+                argument=min(missing),
             )
         unknown = keys - tool.required_fields
         if unknown and not tool.accepts_extra_arguments:
             raise ArgumentValidationError(
                 f"tool {tool.function!r} got unknown arguments {sorted(unknown)}; "
-                f"it takes {sorted(tool.required_fields)}"
+                f"it takes {sorted(tool.required_fields)}",
+                argument=min(unknown),
             )
     return _validated(tool, arguments)
 
@@ -111,8 +114,16 @@ _JSON_TYPES = frozenset({str, int, float, bool, type(None), list, dict})
 def _refused(tool: Tool, model: type[BaseModel], exc: ValidationError) -> ArgumentValidationError:
     return ArgumentValidationError(
         f"tool {tool.function!r}: {validation_problems(model, exc, tool.secret_args)}; "
-        f"send values of the types its schema declares (`toolfleet tools` shows it)"
+        f"send values of the types its schema declares (`toolfleet tools` shows it)",
+        argument=_first_argument(exc),
     )
+
+
+def _first_argument(exc: ValidationError) -> str | None:
+    """The name of the first argument pydantic refused (None for the arguments as a whole)."""
+    errors = exc.errors()
+    loc = errors[0]["loc"] if errors else ()
+    return str(loc[0]) if loc else None
 
 
 class FunctionCalling(Event):
@@ -151,7 +162,8 @@ class FunctionCalling(Event):
             if not deadline.expired():
                 raise
             raise ToolTimeoutError(
-                f"tool {self.function!r} exceeded its timeout_s={self.timeout_s:g}"
+                f"tool {self.function!r} exceeded its timeout_s={self.timeout_s:g}",
+                timeout_s=self.timeout_s,
             ) from None
 
     async def _pipeline(self) -> Any:

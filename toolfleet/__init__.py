@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     )
     from toolfleet.schemas.action import ActionResponseModel, CallParams, ToolInvocation
     from toolfleet.schemas.approval import ApprovalRequest
+    from toolfleet.schemas.error_info import ErrorInfo, rebuild_error
     from toolfleet.schemas.errors import (
         ApprovalDeniedError,
         ApprovalError,
@@ -51,6 +52,7 @@ if TYPE_CHECKING:
         OversizedArgumentsError,
         RateLimitedError,
         RefusedCallError,
+        RemoteToolError,
         ToolfleetError,
         ToolTimeoutError,
         UnknownToolError,
@@ -107,6 +109,7 @@ _HOMES: dict[str, str] = {
             "OversizedArgumentsError",
             "RateLimitedError",
             "RefusedCallError",
+            "RemoteToolError",
             "ToolTimeoutError",
             "ToolfleetError",
             "UnknownToolError",
@@ -115,6 +118,7 @@ _HOMES: dict[str, str] = {
         "toolfleet.schemas.errors",
     ),
     "ApprovalRequest": "toolfleet.schemas.approval",
+    **dict.fromkeys(("ErrorInfo", "rebuild_error"), "toolfleet.schemas.error_info"),
     "render_results": "toolfleet.schemas.provider",
     "EventRecord": "toolfleet.schemas.record",
     "Settings": "toolfleet.schemas.settings",
@@ -142,6 +146,7 @@ __all__ = [
     "DispatcherLostError",
     "DuplicateToolError",
     "EmbeddedStartError",
+    "ErrorInfo",
     "Escalate",
     "EventRecord",
     "EventStatus",
@@ -160,6 +165,7 @@ __all__ = [
     "RateLimitedError",
     "RefusedCallError",
     "Registry",
+    "RemoteToolError",
     "Session",
     "Settings",
     "StopHook",
@@ -169,6 +175,7 @@ __all__ = [
     "UnknownToolError",
     "WorkerLostError",
     "current_call",
+    "rebuild_error",
     "registry",
     "render_results",
     "tool",

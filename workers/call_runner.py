@@ -273,7 +273,8 @@ def _tool_error(
         error = ToolTimeoutError(
             f"tool {tool.function!r} exceeded its time limit of "
             f"{_fmt_s(limit)} (Celery soft_time_limit); raise the tool's timeout_s if it "
-            f"needs longer"
+            f"needs longer",
+            timeout_s=limit,
         )
         call.execution.error = error
     return error

@@ -53,7 +53,8 @@ def register_execute_task(app: Celery) -> Task:
             runtime.discard_loop()
             exc = ToolTimeoutError(
                 f"call of tool {message.get('function')!r} exceeded its time limit of "
-                f"{_fmt_s(soft_s)} (Celery soft_time_limit)"
+                f"{_fmt_s(soft_s)} (Celery soft_time_limit)",
+                timeout_s=soft_s,
             )
             record_if_absent(runtime, message, exc, EventStatus.FAILED, self.request.hostname)
             raise exc from None

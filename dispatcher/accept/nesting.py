@@ -40,6 +40,7 @@ def check_nesting(
             if depth > max_depth:
                 raise ArgumentValidationError(
                     f"argument {key!r} of tool {function!r} is nested more than {max_depth} "
-                    f"levels deep; flatten it, or pass a reference (a path or URL) instead"
+                    f"levels deep; flatten it, or pass a reference (a path or URL) instead",
+                    argument=str(key),
                 )
             stack.extend((child, depth + 1) for child in children)

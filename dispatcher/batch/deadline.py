@@ -71,13 +71,15 @@ class Deadline:
             return ToolTimeoutError(
                 f"call {message.call_id} of tool {message.function!r} did not finish within "
                 f"the batch deadline_s={self.deadline_s:g}; it was revoked. Raise "
-                f"call_params.deadline_s or add workers"
+                f"call_params.deadline_s or add workers",
+                timeout_s=self.deadline_s,
             )
         assert self.timeout_s is not None
         return ToolTimeoutError(
             f"call {message.call_id} of tool {message.function!r} got no result within its "
             f"timeout_s={self.timeout_s:g} (plus {report_grace_s(self.timeout_s):g}s for the "
-            f"worker to report); it was revoked. Raise call_params.timeout_s or add workers"
+            f"worker to report); it was revoked. Raise call_params.timeout_s or add workers",
+            timeout_s=self.timeout_s,
         )
 
 

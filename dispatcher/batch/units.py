@@ -15,6 +15,7 @@ from toolfleet.dispatcher.accept.context import CallContext
 from toolfleet.dispatcher.govern.hooks import HookPoint
 from toolfleet.dispatcher.history.history import Unit, link_pair
 from toolfleet.schemas.action import ActionResponseModel
+from toolfleet.schemas.error_info import ErrorInfo
 from toolfleet.schemas.errors import ApprovalDeniedError
 from toolfleet.schemas.messages import ActionRequest, ActionResponse
 from toolfleet.schemas.record import EventRecord, bounded_arguments
@@ -58,7 +59,8 @@ def finished_unit(ctx: CallContext, result: CallResult, events: list[EventRecord
     status = execution.status
     output = execution.response
     error = None if status is EventStatus.COMPLETED else _error_text(execution.error, status)
-    request, response, model = _answer(ctx, ctx.public_arguments, output, status, error)
+    info = None if error is None else ErrorInfo.from_record(result.execution.get("error"))
+    request, response, model = _answer(ctx, ctx.public_arguments, output, status, error, info)
     return Unit(
         call_id=ctx.call_id,
         events=events,
@@ -73,6 +75,7 @@ def finished_unit(ctx: CallContext, result: CallResult, events: list[EventRecord
             "duration": execution.duration,
             "status": status,
             "error": error,
+            "error_info": info,
             "branch_id": ctx.branch_id,
         },
     )
@@ -83,7 +86,7 @@ def denied_unit(ctx: CallContext) -> Unit:
     hook (D2)."""
     output = {"error": DENIED_OUTPUT_ERROR, "function": ctx.function}
     request, response, model = _answer(
-        ctx, ctx.public_arguments, output, EventStatus.SKIPPED, DENIED_OUTPUT_ERROR
+        ctx, ctx.public_arguments, output, EventStatus.SKIPPED, DENIED_OUTPUT_ERROR, None
     )
     return Unit(ctx.call_id, [], request, response, model)
 
@@ -93,10 +96,11 @@ def unapproved_unit(ctx: CallContext, refusal: str) -> Unit:
     the model reads (``refusal``: who said no and why) whatever suppress_errors says, like a
     gate's denial (D2), and one SKIPPED record holding the decision."""
     output = {"error": refusal, "function": ctx.function}
+    denial = ApprovalDeniedError(refusal)
     record = EventRecord.not_run(
         ctx.function,
         ctx.public_arguments,
-        ApprovalDeniedError(refusal),
+        denial,
         status=EventStatus.SKIPPED,
         secret_args=ctx.secret_args,
         tool_call_id=ctx.tool_call_id,
@@ -110,7 +114,7 @@ def unapproved_unit(ctx: CallContext, refusal: str) -> Unit:
     )
     record.approval = ctx.approval
     request, response, model = _answer(
-        ctx, ctx.public_arguments, output, EventStatus.SKIPPED, refusal
+        ctx, ctx.public_arguments, output, EventStatus.SKIPPED, refusal, ErrorInfo.of(denial)
     )
     return Unit(ctx.call_id, [record], request, response, model)
 
@@ -146,7 +150,9 @@ def aborted_unit(
         attempt=len(events or ()),
         worker=None,
     )
-    request, response, model = _answer(ctx, arguments, output, EventStatus.ABORTED, error)
+    request, response, model = _answer(
+        ctx, arguments, output, EventStatus.ABORTED, error, ErrorInfo.of(exc)
+    )
     return Unit(
         call_id=ctx.call_id,
         events=[*(events or ()), record],
@@ -179,6 +185,7 @@ def _answer(
     output: Any,
     status: EventStatus,
     error: str | None,
+    error_info: ErrorInfo | None,
 ) -> tuple[ActionRequest, ActionResponse, ActionResponseModel]:
     """The linked message pair and the returned model of one call: the same facts, three views."""
     request, response = link_pair(
@@ -200,5 +207,6 @@ def _answer(
         call_id=ctx.call_id,
         tool_call_id=ctx.tool_call_id,
         tool_call_type=ctx.tool_call_type,
+        error_info=error_info,
     )
     return request, response, model

@@ -41,7 +41,8 @@ from toolfleet.dispatcher.history.recover_approvals import (
 from toolfleet.dispatcher.watch.cancel import settle_calls
 from toolfleet.dispatcher.watch.whereabouts import NowhereTwice, Place, locate
 from toolfleet.schemas.action import ActionResponseModel
-from toolfleet.schemas.errors import DispatcherLostError
+from toolfleet.schemas.error_info import ErrorInfo
+from toolfleet.schemas.errors import ApprovalDeniedError, DispatcherLostError, ToolTimeoutError
 from toolfleet.schemas.record import EventRecord
 from toolfleet.schemas.serialize import format_error
 from toolfleet.schemas.status import EventStatus
@@ -197,9 +198,11 @@ async def _stop(
     stops = [(_message(entry, c), _tool(fleet, c.function)) for c in calls]
 
     def error(message: CallMessage) -> BaseException:
-        return TimeoutError(
+        # The error a live dispatcher records for a straggler, so a reader sees one outcome.
+        return ToolTimeoutError(
             f"call {message.call_id} of tool {message.function!r} was still queued or running "
-            f"when `toolfleet recover` stopped waiting after {wait_s:g}s; it was revoked"
+            f"when `toolfleet recover` stopped waiting after {wait_s:g}s; it was revoked",
+            timeout_s=wait_s,
         )
 
     return await settle_calls(fleet, stops, error, EventStatus.FAILED)
@@ -228,9 +231,11 @@ def _unit(
     status = execution.status
     output = execution.response
     error: str | None = None
+    info: ErrorInfo | None = None
     if status is not EventStatus.COMPLETED:
         raw = execution.error
         error = format_error(raw) if isinstance(raw, BaseException) else str(raw or status.value)
+        info = ErrorInfo.from_record(result.execution.get("error"))
     if status is EventStatus.ABORTED:
         output = {"error": error, "function": call.function, "arguments": call.arguments}
     elif status is EventStatus.SKIPPED:  # denied, or not decided in time, while parked
@@ -238,6 +243,7 @@ def _unit(
             # The model reads the refusal itself (who said no, and why), without the error
             # class a record's error carries: what a live dispatcher gives it (unapproved_unit).
             error = held.request.refusal_text()
+            info = ErrorInfo.of(ApprovalDeniedError(error))
         output = {"error": error, "function": call.function}
     tool_call_id = call.tool_call_id or None
     request, response = link_pair(
@@ -257,6 +263,7 @@ def _unit(
         error=error,
         call_id=call.call_id,
         tool_call_id=tool_call_id,
+        error_info=info,
     )
     event = EventRecord.from_dict(result.event).in_history(
         call_id=call.call_id,

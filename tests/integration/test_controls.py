@@ -21,7 +21,7 @@ import redis
 
 from tests.support.fleet import call, collect_replies, private_workers, run
 from tests.support.overlap import most_at_once as peak_of
-from toolfleet import NoCurrentCallError, RateLimitedError, current_call
+from toolfleet import NoCurrentCallError, RateLimitedError, current_call, rebuild_error
 from toolfleet.dispatcher import Branch, Fleet
 from toolfleet.dispatcher.accept.context import call_id_for
 from toolfleet.dispatcher.send.enqueue import publish_calls
@@ -205,9 +205,13 @@ def test_a_call_past_its_limit_wait_fails_rate_limited_with_retry_after(
             f"RateLimitedError: call of tool 'rated_slowly' not run: rate limit 1/h for "
             f"tenant '{tenant}' reached"
         ), error
-        # The model reads the same sentence, and the error rebuilt from it knows when to retry.
+        # The model reads the same sentence, and the error rebuilt from the result's
+        # structure knows when to retry.
         assert result.to_openai()["content"] == error
-        retry_after_s = RateLimitedError(error.split(": ", 1)[1]).retry_after_s
+        assert result.error_info is not None
+        rebuilt = rebuild_error(result.error_info)
+        assert isinstance(rebuilt, RateLimitedError), rebuilt
+        retry_after_s = rebuilt.retry_after_s
         assert retry_after_s is not None and 3500 < retry_after_s <= 3600, error
 
     # A concurrency cap: a third call finds both slots taken for longer than it may wait.

@@ -67,7 +67,11 @@ def test_a_failed_call_does_not_touch_its_siblings(
     echo, fail, none = (results[m.call_id] for m, _ in calls)
     assert echo.status is EventStatus.COMPLETED and echo.execution["response"] == "a"
     assert fail.status is EventStatus.FAILED
-    assert fail.execution["error"] == {"error": "ValueError", "message": "nope"}
+    assert fail.execution["error"] == {
+        "error": "ValueError",
+        "message": "nope",
+        "module": "builtins",
+    }
     assert none.status is EventStatus.COMPLETED and none.execution["response"] is None
 
 

@@ -125,6 +125,7 @@ def test_failed_call_is_recorded_and_fails_with_the_tools_error(
     assert stored(redis_client, result).execution["error"] == {
         "error": "ValueError",
         "message": "kaput 42",
+        "module": "builtins",
     }
     assert celery_state(celery_app, result.call_id) == "FAILURE"
     error = celery_app.AsyncResult(result.call_id).result

@@ -41,7 +41,11 @@ def test_not_run_record_has_the_stored_keys_and_hides_secrets() -> None:
         "status": "failed",
         "duration": 0.0,
         "response": None,
-        "error": {"error": "UnknownToolError", "message": "no such tool"},
+        "error": {
+            "error": "UnknownToolError",
+            "message": "no such tool",
+            "module": "toolfleet.schemas.errors",
+        },
         "retryable": None,
     }
     assert "hunter2" not in json.dumps(record)

@@ -488,7 +488,11 @@ def test_exception_serializes_as_error_and_message() -> None:
 
     fc = _invoke(_call(tool))
     data = fc.to_dict()
-    assert data["execution"]["error"] == {"error": "_Boom", "message": "disk full on /var"}
+    assert data["execution"]["error"] == {
+        "error": "_Boom",
+        "message": "disk full on /var",
+        "module": __name__,
+    }
     assert data["execution"]["status"] == "failed"
     json.dumps(data)
 
@@ -502,6 +506,8 @@ def test_exception_with_broken_str_still_serializes() -> None:
     assert execution.to_dict()["error"] == {
         "error": "Unprintable",
         "message": "<unprintable Unprintable>",
+        "module": __name__,
+        "qualname": "test_exception_with_broken_str_still_serializes.<locals>.Unprintable",
     }
 
 

@@ -86,6 +86,7 @@ def test_call_result_round_trips_through_json_for_failed_call() -> None:
     assert rebuilt.execution["error"] == {
         "error": "ZeroDivisionError",
         "message": "division by zero",
+        "module": "builtins",
     }
     assert rebuilt.to_execution().error == "ZeroDivisionError: division by zero"
 

@@ -25,6 +25,7 @@ from toolfleet.dispatcher.govern.approvals import Escalate
 from toolfleet.dispatcher.govern.hooks import HookPoint
 from toolfleet.dispatcher.govern.session import Session
 from toolfleet.schemas.action import CallParams
+from toolfleet.schemas.error_info import rebuild_error
 from toolfleet.schemas.errors import ConfigurationError
 from toolfleet.schemas.messages import ActionRequest, ActionResponse, Message
 from toolfleet.schemas.status import EventStatus
@@ -171,11 +172,13 @@ class FleetBridge:
 
     async def _tool_post(self, payload: dict[str, Any]) -> None:
         if payload.get("error") is not None:
-            # toolfleet's TOOL_POST follows every run; lionagi's TOOL_ERROR a failed one.
+            # toolfleet's TOOL_POST follows every run; lionagi's TOOL_ERROR a failed one,
+            # with the exception rebuilt from the call's structured error.
+            info = payload.get("error_info")
             await self._emit(
                 "TOOL_ERROR",
                 payload,
-                error=RuntimeError(payload["error"]),
+                error=rebuild_error(info) if info is not None else RuntimeError(payload["error"]),
                 duration=payload.get("duration"),
             )
             return

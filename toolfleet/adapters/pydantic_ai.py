@@ -56,7 +56,7 @@ from toolfleet.schemas.tool import Tool
 
 __all__ = ["FleetToolset", "ToolfleetToolError", "answer"]
 
-# Error type names (the text before ": ") and what the model is told.
+# Error types (ErrorInfo.type) and what the model is told.
 _RETRY = ("ModelRetry", "ArgumentValidationError", "ToolTimeoutError")
 _FAILED = "ToolFailed"
 
@@ -167,7 +167,8 @@ def answer(result: ActionResponseModel, *, raise_failures: bool = False) -> Any:
     if result.status is EventStatus.COMPLETED and result.error is None:
         return result.output
     error = result.error or f"the call ended {result.status.value}"
-    kind, _, message = error.partition(": ")
+    info = result.error_info  # the error as structure: its class, never parsed from the text
+    kind, message = (info.type, info.message) if info is not None else ("", error)
     if kind in _RETRY:
         raise ModelRetry(message if kind == "ModelRetry" else error)
     if kind == _FAILED:

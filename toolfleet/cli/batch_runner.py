@@ -25,6 +25,7 @@ from toolfleet.dispatcher.fleet import Fleet
 from toolfleet.dispatcher.govern.session import Gate, Session
 from toolfleet.dispatcher.watch.progress_relay import CallProgress
 from toolfleet.schemas.action import ActionResponseModel, CallParams
+from toolfleet.schemas.error_info import ErrorInfo
 from toolfleet.schemas.messages import ActionResponse, Message
 from toolfleet.schemas.record import EventRecord
 from toolfleet.schemas.settings import Settings
@@ -72,6 +73,7 @@ def _streamer(
     calls: Sequence[BatchLine],
     statuses: dict[str, str],
     durations: dict[str, float],
+    errors: dict[str, ErrorInfo],
     on_record: RecordCallback,
 ) -> Callable[[Message], None]:
     """An on_message callback: each ActionResponse, written in input order, is the next
@@ -95,6 +97,7 @@ def _streamer(
             error=content.error,
             call_id=content.call_id,
             tool_call_id=content.tool_call_id,
+            error_info=errors.get(call_id) if content.error is not None else None,
         )
         on_record(CallRecord.from_response(line.line_no, response, durations.get(call_id)))
 
@@ -136,6 +139,7 @@ async def run_batch(
             session.gate(gate)
         durations: dict[str, float] = {}
         statuses: dict[str, str] = {}
+        errors: dict[str, ErrorInfo] = {}
 
         def observe(record: EventRecord) -> None:
             call_id = record.call_id or record.id
@@ -143,13 +147,16 @@ async def run_batch(
                 durations[call_id] = record.duration_s
             if call_id is not None:
                 statuses[call_id] = record.status.value
+                info = ErrorInfo.from_record(record.execution.get("error"))
+                if info is not None:
+                    errors[call_id] = info
             count(call_id, record.status.value)
 
         session.subscribe(observe)
         branch = session.new_branch(id=branch_id)
         calls = [line for line in lines if line.error is None]
         if on_record is not None:
-            branch.on_message(_streamer(calls, statuses, durations, on_record))
+            branch.on_message(_streamer(calls, statuses, durations, errors, on_record))
         if on_call_progress is not None:
             branch.on_progress(on_call_progress)
         for line in lines:
