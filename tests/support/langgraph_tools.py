@@ -7,12 +7,12 @@ import json
 from pathlib import Path
 from typing import Annotated, Any
 
-from langchain_core.tools import InjectedToolArg, InjectedToolCallId
+from langchain_core.tools import InjectedToolArg, InjectedToolCallId, ToolException
 from langgraph.prebuilt import InjectedState
 
 from toolfleet.workers.registry import tool
 
-__all__ = ["AuditTag", "file_note"]
+__all__ = ["AuditTag", "OutOfStock", "buy", "file_note"]
 
 
 class AuditTag(InjectedToolArg):
@@ -37,3 +37,17 @@ def file_note(
     with Path(path).open("a", encoding="utf-8") as out:
         out.write(json.dumps(received) + "\n")
     return {"filed": text, "by": auth[:5], "note": note_id}
+
+
+class OutOfStock(Exception):
+    """A shop's own error: its type is rebuilt on the caller's side, where it is importable."""
+
+
+@tool
+def buy(item: str) -> str:
+    """Buy an item: "gold" is sold out (a ToolException), "lead" out of stock (OutOfStock)."""
+    if item == "gold":
+        raise ToolException("gold is sold out")
+    if item == "lead":
+        raise OutOfStock("lead is out of stock")
+    return f"bought {item}"

@@ -7,7 +7,6 @@ function would have returned or raised, and the gathering of a node run's calls 
 from __future__ import annotations
 
 import asyncio
-import builtins
 import contextlib
 import json
 from contextvars import ContextVar
@@ -22,6 +21,7 @@ from pydantic_core import to_jsonable_python
 
 from toolfleet.dispatcher.batch.units import DENIED_OUTPUT_ERROR
 from toolfleet.schemas.action import ActionResponseModel
+from toolfleet.schemas.error_info import rebuild_error
 from toolfleet.schemas.errors import ConfigurationError
 from toolfleet.schemas.tool import Tool
 from toolfleet.workers.specs import tool_description
@@ -107,17 +107,15 @@ class FleetCall(StructuredTool):
             CALL.reset(token)
 
 
-def exception(result: ActionResponseModel) -> Exception:
-    """The exception of a call that did not complete, as the tool raised it where possible:
-    a built-in exception type is rebuilt from toolfleet's ``"Type: message"`` text; a call a
-    gate refused is a PermissionError; anything else a ToolException with toolfleet's text."""
+def exception(result: ActionResponseModel) -> BaseException:
+    """The exception of a call that did not complete, as the tool raised it: its type
+    rebuilt on this side when importable here (else a RemoteToolError naming it,
+    :func:`toolfleet.schemas.rebuild_error`); a call a gate refused is a PermissionError."""
+    if result.error_info is not None:
+        return rebuild_error(result.error_info)
     text = result.error or ""
     if text == DENIED_OUTPUT_ERROR:
         return PermissionError(text)
-    name, sep, message = text.partition(": ")
-    kind = getattr(builtins, name, None) if sep else None
-    if isinstance(kind, type) and issubclass(kind, Exception):
-        return kind(message)
     return ToolException(text)
 
 
