@@ -7,12 +7,14 @@ import json
 from pathlib import Path
 from typing import Annotated, Any
 
+from langchain_core.messages import ToolMessage
 from langchain_core.tools import InjectedToolArg, InjectedToolCallId, ToolException
 from langgraph.prebuilt import InjectedState
+from langgraph.types import Command
 
 from toolfleet.workers.registry import tool
 
-__all__ = ["AuditTag", "OutOfStock", "buy", "file_note"]
+__all__ = ["AuditTag", "OutOfStock", "buy", "file_note", "mood_steps", "set_mood"]
 
 
 class AuditTag(InjectedToolArg):
@@ -51,3 +53,16 @@ def buy(item: str) -> str:
     if item == "lead":
         raise OutOfStock("lead is out of stock")
     return f"bought {item}"
+
+
+@tool
+def set_mood(mood: str, tool_call_id: Annotated[str, InjectedToolCallId]) -> Command[Any]:
+    """Set the conversation's mood, answer the call, and go to the node "after" as well."""
+    answer = ToolMessage(f"mood is {mood}", tool_call_id=tool_call_id)
+    return Command(update={"mood": mood, "messages": [answer]}, goto="after")
+
+
+@tool
+def mood_steps(tool_call_id: Annotated[str, InjectedToolCallId]) -> list[Any]:
+    """Two outputs: a Command that sets the mood, and the ToolMessage that answers the call."""
+    return [Command(update={"mood": "busy"}), ToolMessage("two steps", tool_call_id=tool_call_id)]

@@ -75,6 +75,7 @@ from toolfleet.adapters.langgraph_calls import (
     model_keys,
     refuse_live_injections,
 )
+from toolfleet.adapters.langgraph_wire import graph_output
 from toolfleet.dispatcher.branch import Branch
 from toolfleet.dispatcher.fleet import Fleet
 from toolfleet.dispatcher.govern.hooks import HookBus
@@ -263,7 +264,7 @@ class FleetToolNode(ToolNode):
             run.results[str(call["id"])] = result
         if result.error is not None:
             raise exception(result)
-        output = result.output
+        output = graph_output(result.output)
         if tool.response_format == "content_and_artifact" and isinstance(output, list):
             return tuple(output)  # a (content, artifact) pair travels as a JSON list
         return output
