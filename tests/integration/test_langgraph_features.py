@@ -1,6 +1,7 @@
 """LangGraph's features on the fleet, each against ToolNode running the same tools locally:
 tools returning a ``Command`` (a state update and a ``goto``) or a list of ``Command`` and
-``ToolMessage``. Real workers, a scripted model."""
+``ToolMessage``; ``wrap_tool_call`` / ``awrap_tool_call`` interceptors; and the injected values
+that cannot reach a worker, refused in one line. Real workers, a scripted model."""
 
 from __future__ import annotations
 
@@ -8,17 +9,20 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from langchain_core.messages import AIMessage, HumanMessage
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.tools import StructuredTool
+from langgraph._internal._constants import CONFIG_KEY_RUNTIME
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
+from langgraph.runtime import Runtime
 
-from tests.support import langgraph_tools
+from tests.support import langgraph_tools, sample_tools
 from tests.support.agent_fleet import TOOLS, AgentFleet, agent_fleet
 from tests.support.fleet import run
 from tests.support.langgraph_support import ScriptedChatModel, calls
 from toolfleet import Fleet
 from toolfleet.adapters.langgraph import FleetToolNode
+from toolfleet.schemas.errors import ConfigurationError
 from toolfleet.schemas.settings import Settings
 
 
@@ -90,3 +94,86 @@ def test_tools_returning_commands_and_lists_update_the_graph_as_under_toolnode(
     assert plain(fleet_state) == plain(local)
     assert ("tool", "mood is calm", "m1", "set_mood") in plain(fleet_state)
     assert ("tool", "two steps", "m2", None) in plain(fleet_state)  # ToolNode names it not
+
+
+def shop_interceptor(request: Any, execute: Any) -> Any:
+    """Short-circuits "gold", buys "iron" instead of "lead", retries a failure once."""
+    call = request.tool_call
+    if call["args"].get("item") == "gold":
+        return ToolMessage("gold is never sold here", tool_call_id=call["id"], name=call["name"])
+    if call["args"].get("item") == "lead":
+        request = request.override(tool_call={**call, "args": {"item": "iron"}})
+    first = execute(request)
+    if getattr(first, "status", None) == "error":
+        return execute(request.override(tool_call={**call, "args": {"item": "tin"}}))
+    return first
+
+
+async def async_shop_interceptor(request: Any, execute: Any) -> Any:
+    call = request.tool_call
+    if call["args"].get("item") == "gold":
+        return ToolMessage("gold is never sold here", tool_call_id=call["id"], name=call["name"])
+    if call["args"].get("item") == "lead":
+        request = request.override(tool_call={**call, "args": {"item": "iron"}})
+    first = await execute(request)
+    if getattr(first, "status", None) == "error":
+        return await execute(request.override(tool_call={**call, "args": {"item": "tin"}}))
+    return first
+
+
+def test_wrap_tool_call_interceptors_run_as_under_toolnode(lg: AgentFleet) -> None:
+    """Interceptors see each call and may change it, answer it themselves, or run it again;
+    a call one holds back does not hold up the others' batch."""
+    turn = calls(
+        ("buy", {"item": "gold"}, "w1"),  # answered by the interceptor: never sent
+        ("buy", {"item": "lead"}, "w2"),  # changed to iron
+        ("fail", {"message": "first try"}, "w3"),  # fails, runs again, fails again
+        ("buy", {"item": "salt"}, "w4"),
+    )
+    tools = [
+        StructuredTool.from_function(langgraph_tools.buy),
+        StructuredTool.from_function(sample_tools.fail, description="Raise ValueError."),
+    ]
+    config: Any = {"configurable": {CONFIG_KEY_RUNTIME: Runtime()}}
+    options: dict[str, Any] = {"handle_tool_errors": True, "wrap_tool_call": shop_interceptor}
+    local = ToolNode(tools, **options).invoke({"messages": [turn]}, config)["messages"]
+
+    async def scenario(fleet: Fleet) -> tuple[list[Any], list[Any], list[int]]:
+        sync_wrapped = FleetToolNode(tools, fleet=fleet, **options)
+        async_wrapped = FleetToolNode(
+            tools, fleet=fleet, handle_tool_errors=True, awrap_tool_call=async_shop_interceptor
+        )
+        return (
+            (await sync_wrapped.ainvoke({"messages": [turn]}))["messages"],
+            (await async_wrapped.ainvoke({"messages": [turn]}))["messages"],
+            list(async_wrapped.batcher.batch_sizes),
+        )
+
+    with_sync, with_async, sizes = run(lg.settings, scenario)
+    assert with_sync == local and with_async == local
+    assert [m.content for m in local[:2]] == ["gold is never sold here", "bought iron"]
+    assert local[2].status == "error" and local[3].content == "bought salt"
+    # The first tries of three calls went as one batch; the retry of "fail" as another.
+    assert sizes == [3, 1]
+
+
+def test_injected_values_that_cannot_reach_a_worker_are_refused(lg: AgentFleet) -> None:
+    fleet = Fleet(lg.settings)
+    try:
+        for tool, what in (
+            (langgraph_tools.remember, "'store' is InjectedStore"),
+            (langgraph_tools.run_info, "'runtime' is ToolRuntime"),
+        ):
+            refusal = f"tool '{tool.__name__}': parameter {what}"
+            with pytest.raises(ConfigurationError, match=refusal):
+                FleetToolNode([tool], fleet=fleet)
+        node = FleetToolNode([langgraph_tools.count_messages], fleet=fleet)
+        turn = calls(("count_messages", {}, "c1"))
+        with pytest.raises(ConfigurationError) as refused:
+            node.invoke({"messages": [turn]})
+        assert str(refused.value).startswith(
+            "tool 'count_messages': the value LangGraph injects for parameter 'messages' is a "
+            "list, not JSON"
+        )
+    finally:
+        fleet.close()

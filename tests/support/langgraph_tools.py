@@ -9,12 +9,22 @@ from typing import Annotated, Any
 
 from langchain_core.messages import ToolMessage
 from langchain_core.tools import InjectedToolArg, InjectedToolCallId, ToolException
-from langgraph.prebuilt import InjectedState
+from langgraph.prebuilt import InjectedState, InjectedStore, ToolRuntime
 from langgraph.types import Command
 
 from toolfleet.workers.registry import tool
 
-__all__ = ["AuditTag", "OutOfStock", "buy", "file_note", "mood_steps", "set_mood"]
+__all__ = [
+    "AuditTag",
+    "OutOfStock",
+    "buy",
+    "count_messages",
+    "file_note",
+    "mood_steps",
+    "remember",
+    "run_info",
+    "set_mood",
+]
 
 
 class AuditTag(InjectedToolArg):
@@ -66,3 +76,21 @@ def set_mood(mood: str, tool_call_id: Annotated[str, InjectedToolCallId]) -> Com
 def mood_steps(tool_call_id: Annotated[str, InjectedToolCallId]) -> list[Any]:
     """Two outputs: a Command that sets the mood, and the ToolMessage that answers the call."""
     return [Command(update={"mood": "busy"}), ToolMessage("two steps", tool_call_id=tool_call_id)]
+
+
+@tool
+def count_messages(messages: Annotated[list[Any], InjectedState("messages")]) -> int:
+    """How many messages the conversation has (LangGraph injects them: not JSON)."""
+    return len(messages)
+
+
+@tool
+def remember(key: str, store: Annotated[Any, InjectedStore()]) -> str:
+    """Remember a key in LangGraph's store (a live object: no worker can have it)."""
+    return key
+
+
+@tool
+def run_info(runtime: ToolRuntime) -> str:
+    """The tool call's id, from LangGraph's runtime (live objects: no worker can have it)."""
+    return str(runtime.tool_call_id)
