@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -68,6 +69,7 @@ from toolfleet.adapters.langgraph_calls import (
     CALL,
     RUN,
     FleetCall,
+    LiveInjectionError,
     NodeRun,
     envelope,
     exception,
@@ -125,13 +127,20 @@ class FleetToolNode(ToolNode):
         self._shown: list[BaseTool] = []
         stand_ins: list[BaseTool] = []
         for item in list(registry) if tools is None else tools:
-            if isinstance(item, BaseTool):
-                fleet_tool(registry, item.name)  # the workers must know it by that name
-                stand_in = self._stand_in(item)
-                self._shown.append(item)
-            else:
-                stand_in = self._stand_in(langchain_tool(fleet_tool(registry, item)))
-                self._shown.append(stand_in)
+            try:
+                if isinstance(item, BaseTool):
+                    fleet_tool(registry, item.name)  # the workers must know it by that name
+                    stand_in = self._stand_in(item)
+                    self._shown.append(item)
+                else:
+                    stand_in = self._stand_in(langchain_tool(fleet_tool(registry, item)))
+                    self._shown.append(stand_in)
+            except LiveInjectionError as exc:
+                if tools is not None:
+                    raise
+                # "Every tool of the fleet": those that can run on it, the others named.
+                warnings.warn(f"{exc}; left out of the node", stacklevel=2)
+                continue
             stand_ins.append(stand_in)
         super().__init__(
             stand_ins,

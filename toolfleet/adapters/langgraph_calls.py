@@ -31,6 +31,7 @@ __all__ = [
     "GATHER_S",
     "RUN",
     "FleetCall",
+    "LiveInjectionError",
     "NodeRun",
     "envelope",
     "exception",
@@ -166,6 +167,10 @@ def model_keys(tool: BaseTool) -> frozenset[str]:
     return frozenset(fields)
 
 
+class LiveInjectionError(ConfigurationError):
+    """Raised when a tool given to FleetToolNode takes a live object LangGraph injects."""
+
+
 def refuse_live_injections(tool: BaseTool, model_keys: frozenset[str]) -> None:
     """ConfigurationError for a parameter that would get a live object (a store, the runtime)."""
     schema = tool.args_schema if isinstance(tool.args_schema, type) else tool.get_input_schema()
@@ -181,7 +186,7 @@ def refuse_live_injections(tool: BaseTool, model_keys: frozenset[str]) -> None:
             what = "ToolRuntime (live objects)"
         else:
             continue
-        raise ConfigurationError(
+        raise LiveInjectionError(
             f"tool {tool.name!r}: parameter {key!r} is {what}, which cannot reach a worker; "
             "inject JSON state with InjectedState(...) instead, or keep this tool in a ToolNode"
         )
