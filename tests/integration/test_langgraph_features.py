@@ -177,3 +177,35 @@ def test_injected_values_that_cannot_reach_a_worker_are_refused(lg: AgentFleet) 
         )
     finally:
         fleet.close()
+
+
+def test_what_cannot_come_back_from_a_worker_fails_in_words(lg: AgentFleet) -> None:
+    """get_stream_writer() and interrupt() need the graph's run, which a worker has not; a
+    Command with a Send in goto has no JSON form. Each fails, saying so, instead of a write
+    dropped, a pause skipped or an output mangled without a word."""
+    turn = calls(
+        ("stream_rows", {"rows": 2}, "s1"),
+        ("ask_first", {"question": "may I?"}, "s2"),
+        ("fan_out", {"nodes": ["a"]}, "s3"),
+    )
+
+    async def scenario(fleet: Fleet) -> list[Any]:
+        node = FleetToolNode(
+            ["stream_rows", "ask_first", "fan_out"],
+            fleet=fleet,
+            handle_tool_errors=lambda e: f"{type(e).__name__}: {e}",
+        )
+        return list((await node.ainvoke({"messages": [turn]}))["messages"])
+
+    streamed, asked, fanned = run(lg.settings, scenario)
+    for message, function in ((streamed, "stream_rows"), (asked, "ask_first")):
+        assert message.status == "error"
+        assert str(message.content).startswith(
+            f"OutsideTheGraphError: tool {function!r} called a LangGraph function that needs "
+            "the graph's run"
+        )
+        assert "current_call().progress()" in str(message.content)
+    assert fanned.status == "error"
+    assert str(fanned.content).startswith(
+        "NoJSONOutputError: tool 'fan_out' returned a value with no JSON form"
+    )

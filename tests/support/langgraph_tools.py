@@ -9,21 +9,25 @@ from typing import Annotated, Any
 
 from langchain_core.messages import ToolMessage
 from langchain_core.tools import InjectedToolArg, InjectedToolCallId, ToolException
+from langgraph.config import get_stream_writer
 from langgraph.prebuilt import InjectedState, InjectedStore, ToolRuntime
-from langgraph.types import Command
+from langgraph.types import Command, Send, interrupt
 
 from toolfleet.workers.registry import tool
 
 __all__ = [
     "AuditTag",
     "OutOfStock",
+    "ask_first",
     "buy",
     "count_messages",
+    "fan_out",
     "file_note",
     "mood_steps",
     "remember",
     "run_info",
     "set_mood",
+    "stream_rows",
 ]
 
 
@@ -94,3 +98,24 @@ def remember(key: str, store: Annotated[Any, InjectedStore()]) -> str:
 def run_info(runtime: ToolRuntime) -> str:
     """The tool call's id, from LangGraph's runtime (live objects: no worker can have it)."""
     return str(runtime.tool_call_id)
+
+
+@tool
+def stream_rows(rows: int) -> int:
+    """Write each row to LangGraph's custom stream."""
+    writer = get_stream_writer()
+    for row in range(rows):
+        writer({"row": row})
+    return rows
+
+
+@tool
+def ask_first(question: str) -> str:
+    """Ask the human, through LangGraph's interrupt(), before answering."""
+    return str(interrupt(question))
+
+
+@tool
+def fan_out(nodes: list[str]) -> Command[Any]:
+    """Send to each node (a Send has no JSON form)."""
+    return Command(graph=Command.PARENT, goto=[Send(node, {}) for node in nodes])

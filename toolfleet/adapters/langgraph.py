@@ -71,6 +71,7 @@ from toolfleet.adapters.langgraph_calls import (
     FleetCall,
     LiveInjectionError,
     NodeRun,
+    NoJSONOutputError,
     envelope,
     exception,
     langchain_tool,
@@ -83,6 +84,7 @@ from toolfleet.dispatcher.fleet import Fleet
 from toolfleet.dispatcher.govern.hooks import HookBus
 from toolfleet.dispatcher.govern.session import Session
 from toolfleet.schemas.action import ActionResponseModel, CallParams
+from toolfleet.schemas.serialize import UNSERIALIZABLE
 from toolfleet.schemas.tool import Tool
 
 try:  # where Pregel keeps a run's Runtime in the config; absent outside a graph
@@ -273,6 +275,12 @@ class FleetToolNode(ToolNode):
             run.results[str(call["id"])] = result
         if result.error is not None:
             raise exception(result)
+        if result.output == UNSERIALIZABLE:
+            raise NoJSONOutputError(
+                f"tool {tool.name!r} returned a value with no JSON form (a live object, or a "
+                "Command whose goto holds a Send), so it cannot come back from a worker; "
+                "return JSON, messages or a Command with node names"
+            )
         output = graph_output(result.output)
         if tool.response_format == "content_and_artifact" and isinstance(output, list):
             return tuple(output)  # a (content, artifact) pair travels as a JSON list

@@ -22,7 +22,7 @@ from pydantic_core import to_jsonable_python
 from toolfleet.dispatcher.batch.units import DENIED_OUTPUT_ERROR
 from toolfleet.schemas.action import ActionResponseModel
 from toolfleet.schemas.error_info import rebuild_error
-from toolfleet.schemas.errors import ConfigurationError
+from toolfleet.schemas.errors import ConfigurationError, ToolfleetError
 from toolfleet.schemas.tool import Tool
 from toolfleet.workers.specs import tool_description
 
@@ -32,7 +32,9 @@ __all__ = [
     "RUN",
     "FleetCall",
     "LiveInjectionError",
+    "NoJSONOutputError",
     "NodeRun",
+    "OutsideTheGraphError",
     "envelope",
     "exception",
     "langchain_tool",
@@ -108,12 +110,34 @@ class FleetCall(StructuredTool):
             CALL.reset(token)
 
 
+class OutsideTheGraphError(ToolfleetError):
+    """Raised when a tool on a worker calls a LangGraph function that needs the graph's run
+    (``get_stream_writer()``, ``interrupt()``, ``get_config()``), which a worker does not have."""
+
+
+class NoJSONOutputError(ToolfleetError):
+    """Raised when a tool on a worker returned a value with no JSON form, so nothing of it
+    could come back (a live object; a ``Command`` whose ``goto`` holds a ``Send``)."""
+
+
+# What LangGraph says when one of its run-time functions is called outside a graph's run.
+_OUTSIDE_A_RUN = "outside of a runnable context"
+
+
 def exception(result: ActionResponseModel) -> BaseException:
     """The exception of a call that did not complete, as the tool raised it: its type
     rebuilt on this side when importable here (else a RemoteToolError naming it,
     :func:`toolfleet.schemas.rebuild_error`); a call a gate refused is a PermissionError."""
-    if result.error_info is not None:
-        return rebuild_error(result.error_info)
+    info = result.error_info
+    if info is not None and info.type == "RuntimeError" and _OUTSIDE_A_RUN in info.message:
+        return OutsideTheGraphError(
+            f"tool {result.function!r} called a LangGraph function that needs the graph's run "
+            f"({info.message}); on a worker there is none: report progress with "
+            "toolfleet's current_call().progress(), ask for approval with @tool(approval=True), "
+            "or keep this tool in a ToolNode"
+        )
+    if info is not None:
+        return rebuild_error(info)
     text = result.error or ""
     if text == DENIED_OUTPUT_ERROR:
         return PermissionError(text)
