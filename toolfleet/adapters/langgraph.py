@@ -12,7 +12,7 @@ whose tool calls run on toolfleet's workers.
   LangChain's own ``invoke`` of the tool (argument validation, ``InjectedToolCallId``, the
   tool's own ``handle_tool_error``, the ``ToolMessage``) around one call on the fleet instead of
   the local function. So parsing, injection, interceptors, error handling, error texts
-  (``TOOLCALL_ERROR_TEMPLATE``, ...) and the messages are ToolNode's: a graph's history
+  (``TOOL_CALL_ERROR_TEMPLATE``, ...) and the messages are ToolNode's: a graph's history
   compares equal to the one ToolNode gives. A tool's exception comes back as its own type
   (rebuilt on this side when importable), so ``handle_tool_errors=(ValueError,)`` or a handler
   typed for one exception handles exactly what it would locally.
@@ -29,10 +29,16 @@ whose tool calls run on toolfleet's workers.
   rule), and the framework's value is sent instead, kept out of records, history and Flower
   like a secret argument. Such a value must be JSON (a state field of strings, numbers, ...):
   one that is not is refused at the call, naming the tool and the parameter. A tool taking
-  ``InjectedStore`` or ``ToolRuntime`` (live objects) is refused when the node is built.
-- **Batches.** Under ``graph.ainvoke`` the calls of one AIMessage are one ``Branch.act`` batch
-  (with ``create_react_agent``'s per-call ``Send``, the calls of one superstep of a thread);
-  under ``graph.invoke`` each call is an ``act_sync`` of its own, in ToolNode's threads.
+  ``InjectedStore`` or ``ToolRuntime`` (live objects) is refused when the node is built
+  (``LiveInjectionError``; with ``tools=None`` it is left out, with a warning).
+- **Returns.** A tool may return a ``Command`` (update, ``goto`` a node) or a list of
+  ``Command``s and ``ToolMessage``s: they travel as JSON and are rebuilt here
+  (``langgraph_wire``). A result with no JSON form is ``NoJSONOutputError``; a tool calling
+  ``get_stream_writer()`` or ``interrupt()`` on a worker fails with ``OutsideTheGraphError``.
+- **Batches.** Under ``graph.ainvoke`` the calls of one AIMessage are one ``Branch.act`` batch:
+  each waits until every call of the node run is sent or done (at most ``GATHER_S``); with
+  ``create_react_agent``'s per-call ``Send``, the calls of one superstep of a thread. Under
+  ``graph.invoke`` each call is an ``act_sync`` of its own, in ToolNode's threads.
 - **Conversations.** A run with a ``thread_id`` acts on the branch ``"langgraph:<thread_id>"``
   (``toolfleet history langgraph:<id>``): call ids derive from the model's tool-call ids in
   it, so a turn replayed in the thread (a resumed checkpoint) does not run its tools again
