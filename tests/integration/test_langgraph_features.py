@@ -180,32 +180,58 @@ def test_injected_values_that_cannot_reach_a_worker_are_refused(lg: AgentFleet) 
 
 
 def test_what_cannot_come_back_from_a_worker_fails_in_words(lg: AgentFleet) -> None:
-    """get_stream_writer() and interrupt() need the graph's run, which a worker has not; a
-    Command with a Send in goto has no JSON form. Each fails, saying so, instead of a write
-    dropped, a pause skipped or an output mangled without a word."""
-    turn = calls(
-        ("stream_rows", {"rows": 2}, "s1"),
-        ("ask_first", {"question": "may I?"}, "s2"),
-        ("fan_out", {"nodes": ["a"]}, "s3"),
-    )
+    """interrupt() needs the graph's run, which a worker has not; a Command with a Send in
+    goto has no JSON form. Each fails, saying so, instead of a pause skipped or an output
+    mangled without a word."""
+    turn = calls(("ask_first", {"question": "may I?"}, "s1"), ("fan_out", {"nodes": ["a"]}, "s2"))
 
     async def scenario(fleet: Fleet) -> list[Any]:
         node = FleetToolNode(
-            ["stream_rows", "ask_first", "fan_out"],
+            ["ask_first", "fan_out"],
             fleet=fleet,
             handle_tool_errors=lambda e: f"{type(e).__name__}: {e}",
         )
         return list((await node.ainvoke({"messages": [turn]}))["messages"])
 
-    streamed, asked, fanned = run(lg.settings, scenario)
-    for message, function in ((streamed, "stream_rows"), (asked, "ask_first")):
-        assert message.status == "error"
-        assert str(message.content).startswith(
-            f"OutsideTheGraphError: tool {function!r} called a LangGraph function that needs "
-            "the graph's run"
-        )
-        assert "current_call().progress()" in str(message.content)
+    asked, fanned = run(lg.settings, scenario)
+    assert asked.status == "error"
+    assert str(asked.content).startswith(
+        "OutsideTheGraphError: tool 'ask_first' called a LangGraph function that needs the "
+        "graph's run (interrupt(), get_config(); KeyError: "
+    )
+    assert "@tool(approval=True)" in str(asked.content)
     assert fanned.status == "error"
     assert str(fanned.content).startswith(
         "NoJSONOutputError: tool 'fan_out' returned a value with no JSON form"
     )
+
+
+def stream_graph(node: ToolNode) -> Any:
+    model = ScriptedChatModel(
+        replies=[calls(("stream_rows", {"rows": 3, "pause_s": 0.15}, "r1")), AIMessage("done")]
+    )
+
+    def agent(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [model.invoke(state["messages"])]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("agent", agent)
+    builder.add_node("tools", node)
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges("agent", tools_condition)
+    builder.add_edge("tools", "agent")
+    return builder.compile()
+
+
+def test_get_stream_writer_on_a_worker_writes_to_the_graphs_custom_stream(lg: AgentFleet) -> None:
+    """A tool's writes travel as its call's progress reports (at most 10 a second, the latest
+    kept: these are 0.15 s apart, so all arrive) and reach the custom stream in order."""
+    tools = [StructuredTool.from_function(langgraph_tools.stream_rows)]
+    local = list(stream_graph(ToolNode(tools)).stream({"messages": []}, stream_mode="custom"))
+
+    async def scenario(fleet: Fleet) -> list[Any]:
+        graph = stream_graph(FleetToolNode(tools, fleet=fleet))
+        return [c async for c in graph.astream({"messages": []}, stream_mode="custom")]
+
+    streamed = run(lg.settings, scenario)
+    assert streamed == local == [{"row": 0}, {"row": 1}, {"row": 2}]

@@ -4,6 +4,7 @@ injects (``InjectedState``, ``InjectedToolCallId``, a subclass of ``InjectedTool
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -101,10 +102,12 @@ def run_info(runtime: ToolRuntime) -> str:
 
 
 @tool
-def stream_rows(rows: int) -> int:
-    """Write each row to LangGraph's custom stream."""
+def stream_rows(rows: int, pause_s: float = 0.0) -> int:
+    """Write each row to LangGraph's custom stream, ``pause_s`` apart."""
     writer = get_stream_writer()
     for row in range(rows):
+        if row:
+            time.sleep(pause_s)
         writer({"row": row})
     return rows
 

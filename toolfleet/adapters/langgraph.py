@@ -34,7 +34,9 @@ whose tool calls run on toolfleet's workers.
 - **Returns.** A tool may return a ``Command`` (update, ``goto`` a node) or a list of
   ``Command``s and ``ToolMessage``s: they travel as JSON and are rebuilt here
   (``langgraph_wire``). A result with no JSON form is ``NoJSONOutputError``; a tool calling
-  ``get_stream_writer()`` or ``interrupt()`` on a worker fails with ``OutsideTheGraphError``.
+  ``interrupt()`` on a worker fails with ``OutsideTheGraphError``. ``get_stream_writer()``
+  writes on a worker reach the graph's ``custom`` stream as the call's progress reports (at
+  most 10 a second, the latest kept).
 - **Batches.** Under ``graph.ainvoke`` the calls of one AIMessage are one ``Branch.act`` batch:
   each waits until every call of the node run is sent or done (at most ``GATHER_S``); with
   ``create_react_agent``'s per-call ``Send``, the calls of one superstep of a thread. Under
@@ -181,13 +183,15 @@ class FleetToolNode(ToolNode):
     # --- ToolNode's two entry points, with the run's scope around them ------------------
 
     def _func(self, input: Any, config: RunnableConfig, *_: Any) -> Any:
-        with self._run_scope(input) as run:
-            return self._labelled(super()._func(input, config, _runtime(config)), run)
+        runtime = _runtime(config)
+        with self._run_scope(input, runtime) as run:
+            return self._labelled(super()._func(input, config, runtime), run)
 
     async def _afunc(self, input: Any, config: RunnableConfig, *_: Any) -> Any:
-        with self._run_scope(input) as run:
+        runtime = _runtime(config)
+        with self._run_scope(input, runtime) as run:
             try:
-                output = await super()._afunc(input, config, _runtime(config))
+                output = await super()._afunc(input, config, runtime)
             except asyncio.CancelledError:
                 # ToolNode's gather ends at the first cancelled call; the others are being
                 # cancelled too, and the last one out cancels the batch, which records its
@@ -205,10 +209,12 @@ class FleetToolNode(ToolNode):
                 run.settle(str(call["id"]))
 
     @contextmanager
-    def _run_scope(self, input: Any) -> Iterator[NodeRun]:
+    def _run_scope(self, input: Any, runtime: Runtime[Any]) -> Iterator[NodeRun]:
         calls, _ = self._parse_input(input)
+        writer = None if runtime.stream_writer is _NO_STREAM else runtime.stream_writer
         run = NodeRun(
-            {str(c["id"]) for c in calls if c.get("id") and c["name"] in self.tools_by_name}
+            {str(c["id"]) for c in calls if c.get("id") and c["name"] in self.tools_by_name},
+            writer,
         )
         token = RUN.set(run)
         try:
@@ -239,7 +245,11 @@ class FleetToolNode(ToolNode):
         def run(config: RunnableConfig, **kwargs: Any) -> Any:
             sent = envelope(name, keys, kwargs)
             branch = self.conversations.branch_for(_thread(config))
-            [result] = run_blocking(lambda: branch.act_sync([sent], call_params=self.call_params))
+            node_run = RUN.get()
+            progress = node_run.on_progress if node_run is not None else None
+            [result] = run_blocking(
+                lambda: branch.act_sync([sent], call_params=self.call_params, on_progress=progress)
+            )
             return self._outcome(tool, result)
 
         async def arun(config: RunnableConfig, **kwargs: Any) -> Any:
@@ -252,7 +262,11 @@ class FleetToolNode(ToolNode):
             # calls of one superstep arrive together. Without a thread, by node run.
             key: Any = ("thread", thread) if thread else ("run", RUN.get() or object())
             [result] = await self.batcher.submit(
-                key, lambda: self.conversations.branch_for(thread), [sent], self.call_params
+                key,
+                lambda: self.conversations.branch_for(thread),
+                [sent],
+                self.call_params,
+                run.on_progress if run is not None else None,
             )
             return self._outcome(tool, result)
 
@@ -302,6 +316,10 @@ def _messages(output: Any) -> Iterator[ToolMessage]:
             yield from _messages(next(iter(item.values())) if len(item) == 1 else [])
         elif isinstance(item, list):
             yield from _messages(item)
+
+
+# The stream writer of a Runtime made outside a graph: writes go nowhere.
+_NO_STREAM = Runtime().stream_writer
 
 
 def _runtime(config: RunnableConfig) -> Runtime[Any]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from collections.abc import Callable
 from contextvars import ContextVar
 from typing import Any, get_origin
 
@@ -20,10 +21,12 @@ from pydantic import BaseModel
 from pydantic_core import to_jsonable_python
 
 from toolfleet.dispatcher.batch.units import DENIED_OUTPUT_ERROR
+from toolfleet.dispatcher.watch.progress_relay import CallProgress
 from toolfleet.schemas.action import ActionResponseModel
 from toolfleet.schemas.error_info import rebuild_error
 from toolfleet.schemas.errors import ConfigurationError, ToolfleetError
 from toolfleet.schemas.tool import Tool
+from toolfleet.workers.graph_context import CUSTOM_STREAM_KEY
 from toolfleet.workers.specs import tool_description
 
 __all__ = [
@@ -58,8 +61,11 @@ class NodeRun:
     call of the run is sent or finished (refused by validation, short-circuited by an
     interceptor), at most :data:`GATHER_S`, and then all are submitted in the same tick."""
 
-    def __init__(self, call_ids: set[str]) -> None:
+    def __init__(self, call_ids: set[str], writer: Callable[[Any], None] | None = None) -> None:
         self.results: dict[str, ActionResponseModel] = {}
+        # The graph's stream writer (None outside a graph): the calls' writes on the workers
+        # come as progress reports (toolfleet.workers.graph_context) and go on to it.
+        self.writer = writer
         self.sending: set[asyncio.Task[Any]] = set()
         self._unsettled = set(call_ids)
         self._ready = asyncio.Event()
@@ -71,6 +77,23 @@ class NodeRun:
         self._unsettled.discard(call_id)
         if not self._unsettled:
             self._ready.set()
+
+    def stream(self, report: CallProgress) -> None:
+        """A progress report: a write to LangGraph's custom stream goes on to the graph's
+        writer; any other report (the tool's own ``progress()``) is not the graph's."""
+        if self.writer is None or not report.message:
+            return
+        try:
+            sent = json.loads(report.message)
+        except ValueError:
+            return
+        if isinstance(sent, dict) and CUSTOM_STREAM_KEY in sent:
+            self.writer(sent[CUSTOM_STREAM_KEY])
+
+    @property
+    def on_progress(self) -> Callable[[CallProgress], None] | None:
+        """What act() is given: a progress callback when there is a stream to write to."""
+        return self.stream if self.writer is not None else None
 
     async def wind_down(self) -> None:
         """Wait for the run's calls on the fleet to end, once they are cancelled."""
@@ -120,8 +143,12 @@ class NoJSONOutputError(ToolfleetError):
     could come back (a live object; a ``Command`` whose ``goto`` holds a ``Send``)."""
 
 
-# What LangGraph says when one of its run-time functions is called outside a graph's run.
-_OUTSIDE_A_RUN = "outside of a runnable context"
+def _outside_the_run(kind: str, message: str) -> bool:
+    """LangGraph's error for a run-time function called with no graph run (a worker gives a
+    tool a run with a stream writer only: interrupt() misses its scratchpad there)."""
+    if kind == "RuntimeError":
+        return "outside of a runnable context" in message
+    return kind == "KeyError" and "__pregel_" in message
 
 
 def exception(result: ActionResponseModel) -> BaseException:
@@ -129,12 +156,12 @@ def exception(result: ActionResponseModel) -> BaseException:
     rebuilt on this side when importable here (else a RemoteToolError naming it,
     :func:`toolfleet.schemas.rebuild_error`); a call a gate refused is a PermissionError."""
     info = result.error_info
-    if info is not None and info.type == "RuntimeError" and _OUTSIDE_A_RUN in info.message:
+    if info is not None and _outside_the_run(info.type, info.message):
         return OutsideTheGraphError(
             f"tool {result.function!r} called a LangGraph function that needs the graph's run "
-            f"({info.message}); on a worker there is none: report progress with "
-            "toolfleet's current_call().progress(), ask for approval with @tool(approval=True), "
-            "or keep this tool in a ToolNode"
+            f"(interrupt(), get_config(); {info.type}: {info.message}); a worker has none: ask "
+            "for approval with @tool(approval=True), interrupt in a node before the tools "
+            "node, or keep this tool in a ToolNode"
         )
     if info is not None:
         return rebuild_error(info)
