@@ -160,6 +160,8 @@ def test_toolnode_shapes_in_and_out_and_invoke_without_a_loop(lg: AgentFleet) ->
     finally:
         fleet.close()
     assert isinstance(as_list, list) and isinstance(as_dict, dict)
+    # Each AIMessage's two calls, run from ToolNode's threads, went as one act_sync.
+    assert list(node.batcher.batch_sizes) == [2, 2, 2]
     for answers in (as_list, as_dict["messages"], direct["messages"]):
         assert [(m.tool_call_id, m.content) for m in answers] == [
             ("c1", "3.0"),

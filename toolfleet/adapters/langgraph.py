@@ -37,10 +37,10 @@ whose tool calls run on toolfleet's workers.
   ``interrupt()`` on a worker fails with ``OutsideTheGraphError``. ``get_stream_writer()``
   writes on a worker reach the graph's ``custom`` stream as the call's progress reports (at
   most 10 a second, the latest kept).
-- **Batches.** Under ``graph.ainvoke`` the calls of one AIMessage are one ``Branch.act`` batch:
-  each waits until every call of the node run is sent or done (at most ``GATHER_S``); with
-  ``create_react_agent``'s per-call ``Send``, the calls of one superstep of a thread. Under
-  ``graph.invoke`` each call is an ``act_sync`` of its own, in ToolNode's threads.
+- **Batches.** The calls of one AIMessage are one batch: each waits until every call of the
+  node run is sent or done (at most ``GATHER_S``), then they go as one ``Branch.act`` (under
+  ``graph.ainvoke``; with ``create_react_agent``'s per-call ``Send``, the calls of one
+  superstep of a thread) or one ``act_sync`` (under ``graph.invoke``, from ToolNode's threads).
 - **Conversations.** A run with a ``thread_id`` acts on the branch ``"langgraph:<thread_id>"``
   (``toolfleet history langgraph:<id>``): call ids derive from the model's tool-call ids in
   it, so a turn replayed in the thread (a resumed checkpoint) does not run its tools again
@@ -200,6 +200,14 @@ class FleetToolNode(ToolNode):
                 raise
             return self._labelled(output, run)
 
+    def _run_one(self, call: ToolCall, *args: Any) -> Any:
+        try:
+            return super()._run_one(call, *args)
+        finally:
+            run = RUN.get()
+            if run is not None and call.get("id"):
+                run.settle(str(call["id"]))
+
     async def _arun_one(self, call: ToolCall, *args: Any) -> Any:
         try:
             return await super()._arun_one(call, *args)
@@ -244,12 +252,21 @@ class FleetToolNode(ToolNode):
 
         def run(config: RunnableConfig, **kwargs: Any) -> Any:
             sent = envelope(name, keys, kwargs)
-            branch = self.conversations.branch_for(_thread(config))
-            node_run = RUN.get()
+            node_run, call = RUN.get(), CALL.get()
             progress = node_run.on_progress if node_run is not None else None
-            [result] = run_blocking(
-                lambda: branch.act_sync([sent], call_params=self.call_params, on_progress=progress)
-            )
+
+            def act(calls: list[dict[str, Any]]) -> list[ActionResponseModel]:
+                branch = self.conversations.branch_for(_thread(config))
+                self.batcher.batch_sizes.append(len(calls))  # the record of batches sent
+                params = self.call_params
+                return run_blocking(
+                    lambda: branch.act_sync(calls, call_params=params, on_progress=progress)
+                )
+
+            if node_run is not None and call is not None and call.get("id"):
+                result = node_run.send_together(str(call["id"]), sent, act)
+            else:
+                [result] = act([sent])
             return self._outcome(tool, result)
 
         async def arun(config: RunnableConfig, **kwargs: Any) -> Any:

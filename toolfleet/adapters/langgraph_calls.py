@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import threading
+import time
 from collections.abc import Callable
 from contextvars import ContextVar
 from typing import Any, get_origin
@@ -59,7 +61,9 @@ class NodeRun:
     one batch. ToolNode starts every call at once, but each reaches the fleet only after
     LangChain's validation and callbacks, some loop ticks later; so a call waits until every
     call of the run is sent or finished (refused by validation, short-circuited by an
-    interceptor), at most :data:`GATHER_S`, and then all are submitted in the same tick."""
+    interceptor), at most :data:`GATHER_S`, and then all are submitted in the same tick.
+    Under ``graph.invoke`` (ToolNode's threads) the same: the last call to come, or the first
+    whose wait ends, sends those gathered as one ``act_sync`` (:meth:`send_together`)."""
 
     def __init__(self, call_ids: set[str], writer: Callable[[Any], None] | None = None) -> None:
         self.results: dict[str, ActionResponseModel] = {}
@@ -71,12 +75,60 @@ class NodeRun:
         self._ready = asyncio.Event()
         if not self._unsettled:
             self._ready.set()
+        self._changed = threading.Condition()
+        self._gathered: list[_Slot] = []
 
     def settle(self, call_id: str) -> None:
         """``call_id`` is sent, or done without being sent."""
-        self._unsettled.discard(call_id)
-        if not self._unsettled:
-            self._ready.set()
+        with self._changed:
+            self._unsettled.discard(call_id)
+            if not self._unsettled:
+                self._ready.set()
+            self._changed.notify_all()
+
+    def send_together(
+        self,
+        call_id: str,
+        envelope: dict[str, Any],
+        act: Callable[[list[dict[str, Any]]], list[ActionResponseModel]],
+    ) -> ActionResponseModel:
+        """``envelope``'s result, sent by ``act`` with the other calls of the run that are
+        here (threads): one of them sends them all, the others wait for it."""
+        slot = _Slot(envelope)
+        deadline = time.monotonic() + GATHER_S
+        with self._changed:
+            self._gathered.append(slot)
+            self._unsettled.discard(call_id)
+            self._changed.notify_all()
+            while self._unsettled and not slot.taken:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._changed.wait(left)
+            leader = not slot.taken
+            batch = [s for s in self._gathered if not s.taken] if leader else []
+            for gathered in batch:
+                gathered.taken = True
+            self._gathered = [s for s in self._gathered if not s.taken]
+            self._changed.notify_all()
+        if leader:
+            try:
+                results = act([s.envelope for s in batch])
+                for gathered, result in zip(batch, results, strict=True):
+                    gathered.result = result
+            except BaseException as exc:
+                for gathered in batch:
+                    gathered.error = exc
+                raise
+            finally:
+                for gathered in batch:
+                    gathered.done.set()
+        # Bounded: the leader sets it once its act_sync returns or raises.
+        slot.done.wait()
+        if slot.error is not None:
+            raise slot.error
+        assert slot.result is not None
+        return slot.result
 
     def stream(self, report: CallProgress) -> None:
         """A progress report: a write to LangGraph's custom stream goes on to the graph's
@@ -113,6 +165,17 @@ class NodeRun:
             # Bounded: an interceptor may hold its call back for good (or until another
             # call's result), and the calls already here must not wait for it.
             await asyncio.wait_for(self._ready.wait(), GATHER_S)
+
+
+class _Slot:
+    """One call waiting in :meth:`NodeRun.send_together`."""
+
+    def __init__(self, envelope: dict[str, Any]) -> None:
+        self.envelope = envelope
+        self.taken = False
+        self.done = threading.Event()
+        self.result: ActionResponseModel | None = None
+        self.error: BaseException | None = None
 
 
 class FleetCall(StructuredTool):
