@@ -21,6 +21,7 @@ from langchain_core.tools import StructuredTool
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
+from pydantic import BaseModel
 
 from tests.support import langgraph_tools
 from tests.support.agent_fleet import TOOLS, AgentFleet, agent_fleet
@@ -28,6 +29,7 @@ from tests.support.fleet import run
 from tests.support.langgraph_support import ScriptedChatModel, calls, carries, redis_traffic
 from toolfleet import Branch, Fleet
 from toolfleet.adapters.langgraph import FleetToolNode
+from toolfleet.schemas.errors import ConfigurationError
 from toolfleet.schemas.settings import Settings
 
 SECRET = f"ADMIN_SECRET-{uuid.uuid4().hex}"
@@ -130,3 +132,45 @@ def test_a_value_the_model_forges_for_an_injected_parameter_reaches_nothing(
     # (The graph gives each message an id of its own.)
     assert local_answer.model_dump(exclude={"id"}) == answer.model_dump(exclude={"id"})
     assert json.loads(local_file.read_text()) == json.loads(line)
+
+
+class ExposedNote(BaseModel):
+    text: str
+    path: str
+    auth: str
+
+
+def test_a_schema_that_lets_a_hidden_argument_through_is_stopped(
+    lg: AgentFleet, tmp_path: Path
+) -> None:
+    """A LangChain tool whose schema is a dict passes the model's keys unchecked (ToolNode
+    would hand them to a local function): only the keys its schema names are sent. A schema
+    that shows the model a parameter the fleet's function declares injected is refused."""
+    received = tmp_path / "loose.jsonl"
+    loose = StructuredTool(
+        name="file_note",
+        description="File a note.",
+        args_schema={
+            "type": "object",
+            "properties": {"text": {"type": "string"}, "path": {"type": "string"}},
+            "required": ["text", "path"],
+        },
+        func=langgraph_tools.file_note,
+    )
+    exposed = StructuredTool(
+        name="file_note",
+        description="File a note.",
+        args_schema=ExposedNote,
+        func=langgraph_tools.file_note,
+    )
+    fleet = Fleet(lg.settings)
+    try:
+        node = FleetToolNode([loose], fleet=fleet, handle_tool_errors=True)
+        [answer] = node.invoke({"messages": [forged_turn(received)]})["messages"]
+        with pytest.raises(ConfigurationError, match=r"shows the model the parameters \['auth'\]"):
+            FleetToolNode([exposed], fleet=fleet)
+    finally:
+        fleet.close()
+    # The function ran without the forged values: it misses the parameters LangGraph injects.
+    assert answer.status == "error" and "missing 2 required" in str(answer.content)
+    assert not carries(answer.model_dump_json(), SECRET) and not received.exists()

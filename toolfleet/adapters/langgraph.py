@@ -80,10 +80,10 @@ from toolfleet.adapters.langgraph_calls import (
     LiveInjectionError,
     NodeRun,
     NoJSONOutputError,
+    argument_keys,
     envelope,
     exception,
     langchain_tool,
-    model_keys,
     refuse_live_injections,
 )
 from toolfleet.adapters.langgraph_wire import graph_output
@@ -139,11 +139,12 @@ class FleetToolNode(ToolNode):
         for item in list(registry) if tools is None else tools:
             try:
                 if isinstance(item, BaseTool):
-                    fleet_tool(registry, item.name)  # the workers must know it by that name
-                    stand_in = self._stand_in(item)
+                    # The workers must know it by that name.
+                    stand_in = self._stand_in(item, fleet_tool(registry, item.name))
                     self._shown.append(item)
                 else:
-                    stand_in = self._stand_in(langchain_tool(fleet_tool(registry, item)))
+                    known = fleet_tool(registry, item)
+                    stand_in = self._stand_in(langchain_tool(known), known)
                     self._shown.append(stand_in)
             except LiveInjectionError as exc:
                 if tools is not None:
@@ -244,11 +245,12 @@ class FleetToolNode(ToolNode):
 
     # --- one call on the fleet ---------------------------------------------------------
 
-    def _stand_in(self, tool: BaseTool) -> FleetCall:
-        """``tool`` as LangChain runs it, its function replaced by a call on the fleet."""
+    def _stand_in(self, tool: BaseTool, fleet: Tool) -> FleetCall:
+        """``tool`` as LangChain runs it, its function replaced by a call on the fleet's
+        function ``fleet``."""
         name = tool.name
-        keys = model_keys(tool)
-        refuse_live_injections(tool, keys)
+        keys = argument_keys(tool, fleet)
+        refuse_live_injections(tool, keys.model)
 
         def run(config: RunnableConfig, **kwargs: Any) -> Any:
             sent = envelope(name, keys, kwargs)

@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 from contextvars import ContextVar
-from typing import Any, get_origin
+from typing import Any, NamedTuple, get_origin
 
 from langchain_core.messages import ToolCall
 from langchain_core.runnables.config import RunnableConfig
@@ -35,15 +35,16 @@ __all__ = [
     "CALL",
     "GATHER_S",
     "RUN",
+    "ArgumentKeys",
     "FleetCall",
     "LiveInjectionError",
     "NoJSONOutputError",
     "NodeRun",
     "OutsideTheGraphError",
+    "argument_keys",
     "envelope",
     "exception",
     "langchain_tool",
-    "model_keys",
     "refuse_live_injections",
 ]
 
@@ -234,13 +235,16 @@ def exception(result: ActionResponseModel) -> BaseException:
     return ToolException(text)
 
 
-def envelope(name: str, model_keys: frozenset[str], kwargs: dict[str, Any]) -> dict[str, Any]:
+def envelope(name: str, keys: ArgumentKeys, kwargs: dict[str, Any]) -> dict[str, Any]:
     """The call to enqueue: the model's (validated) arguments, as JSON, and the values the
-    framework injected — ToolNode has already dropped any the model sent for them."""
+    framework injected — ToolNode has already dropped any the model sent for them. Any other
+    key (a schema given as a dict passes the model's keys unchecked) is dropped too."""
     arguments: dict[str, Any] = {}
     for key, value in kwargs.items():
-        if key in model_keys:
+        if key in keys.model:
             arguments[key] = to_jsonable_python(value, fallback=str)
+            continue
+        if key not in keys.injected:
             continue
         try:
             json.dumps(value)
@@ -272,9 +276,29 @@ def langchain_tool(tool: Tool) -> BaseTool:
     )
 
 
-def model_keys(tool: BaseTool) -> frozenset[str]:
-    """The arguments the model sends: those of the schema it is shown."""
-    schema = tool.tool_call_schema
+class ArgumentKeys(NamedTuple):
+    """A tool's arguments by who sets them."""
+
+    model: frozenset[str]  # in the schema the model is shown
+    injected: frozenset[str]  # in the tool's schema, hidden from the model: LangGraph's
+
+
+def argument_keys(tool: BaseTool, fleet: Tool) -> ArgumentKeys:
+    """``tool``'s arguments by who sets them. ConfigurationError when ``tool`` shows the model
+    a parameter that the fleet's function (``fleet``) declares injected."""
+    model = _fields(tool.tool_call_schema)
+    shown = model & fleet.injected_args
+    if shown:
+        raise ConfigurationError(
+            f"tool {tool.name!r} shows the model the parameters {sorted(shown)}, which "
+            f"{fleet.function!r} declares injected by the framework; annotate them as injected "
+            "(InjectedState, InjectedToolArg, ...) in the tool's schema too"
+        )
+    schema = tool.args_schema if tool.args_schema is not None else tool.get_input_schema()
+    return ArgumentKeys(model, _fields(schema) - model)
+
+
+def _fields(schema: Any) -> frozenset[str]:
     if isinstance(schema, dict):
         return frozenset(schema.get("properties") or {})
     fields = getattr(schema, "model_fields", None) or getattr(schema, "__fields__", {})
