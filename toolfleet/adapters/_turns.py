@@ -184,9 +184,12 @@ class TurnBatcher:
             return
         self.batch_sizes.append(len(turn.items))
         try:
-            results = await turn.branch.act(
-                turn.items, call_params=turn.call_params, on_progress=turn.on_progress
-            )
+            if turn.on_progress is None:
+                results = await turn.branch.act(turn.items, call_params=turn.call_params)
+            else:  # asks the workers for progress reports (free when nobody listens)
+                results = await turn.branch.act(
+                    turn.items, call_params=turn.call_params, on_progress=turn.on_progress
+                )
         except asyncio.CancelledError:
             for w in turn.waiters:
                 w.future.cancel()
