@@ -10,6 +10,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from toolfleet.schemas.errors import ConfigurationError
+from toolfleet.schemas.injected import injected_parameters
 from toolfleet.schemas.limits import BRANCH_KEY, SESSION_KEY, RateLimit
 from toolfleet.schemas.model import ToolfleetModel
 from toolfleet.schemas.signature import signature_model
@@ -101,7 +102,10 @@ class Tool(ToolfleetModel):
         # A bare name is one argument, not the set of its characters (which redacts nothing).
         if isinstance(secret_args, str):
             secret_args = (secret_args,)
-        data["secret_args"] = frozenset(secret_args)
+        # A parameter the framework injects (schemas/injected.py) is hidden like a secret one:
+        # its value is the framework's, for the tool alone.
+        injected = frozenset() if data.get("request_options") else _injected(func)
+        data["secret_args"] = frozenset(secret_args) | injected
         if isinstance(data.get("rate_limit"), str):
             data["rate_limit"] = RateLimit.parse(data["rate_limit"])
         if data.get("read_only") and data.get("destructive"):
@@ -196,8 +200,19 @@ class Tool(ToolfleetModel):
                 name for name, f in self.request_options.model_fields.items() if f.is_required()
             )
         return frozenset(
-            name for name, p in self._parameters().items() if p.default is inspect.Parameter.empty
+            name
+            for name, p in self._parameters().items()
+            if p.default is inspect.Parameter.empty and name not in self.injected_args
         )
+
+    @functools.cached_property
+    def injected_args(self) -> frozenset[str]:
+        """The parameters an agent framework injects (``Annotated[..., InjectedToolArg]``,
+        ``InjectedState``, ``ToolRuntime``, ...): not in the spec, not the model's to send, not
+        validated as model arguments; an adapter sends the framework's value."""
+        if self.request_options is not None:
+            return frozenset()
+        return injected_parameters(self.func_callable, self._parameters())
 
     @functools.cached_property
     def arguments_model(self) -> type[BaseModel]:
@@ -206,8 +221,11 @@ class Tool(ToolfleetModel):
         against it (:func:`toolfleet.schemas.function_calling.normalize_arguments`)."""
         if self.request_options is not None:
             return self.request_options
+        model_facing = {
+            name: p for name, p in self._parameters().items() if name not in self.injected_args
+        }
         return signature_model(
-            self.function, self.func_callable, self._parameters(), self.accepts_extra_arguments
+            self.function, self.func_callable, model_facing, self.accepts_extra_arguments
         )
 
     @functools.cached_property
@@ -245,6 +263,14 @@ def is_lionagi_tool(obj: Any) -> bool:
     """True for a lionagi ``Tool`` (duck-typed on its module: lionagi stays optional)."""
     module = type(obj).__module__ or ""
     return module.startswith("lionagi.") and hasattr(obj, "func_callable")
+
+
+def _injected(func: Any) -> frozenset[str]:
+    try:
+        params = inspect.signature(func).parameters
+    except (TypeError, ValueError):
+        return frozenset()
+    return injected_parameters(func, params)
 
 
 def _callable_name(func: Any) -> str:

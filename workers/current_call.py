@@ -28,6 +28,7 @@ from toolfleet.schemas.errors import NoCurrentCallError
 from toolfleet.schemas.progress import check_progress
 from toolfleet.schemas.settings import Settings
 from toolfleet.schemas.wire import CallMessage
+from toolfleet.workers.graph_context import graph_context
 from toolfleet.workers.progress import ProgressReporter, sender_for
 
 __all__ = ["CurrentCall", "bind_call", "current_call", "running_message"]
@@ -139,6 +140,7 @@ def bind_call(call: CurrentCall) -> Iterator[CurrentCall]:
     """Make ``call`` what :func:`current_call` returns inside the block."""
     token = _current.set(call)
     try:
-        yield call
+        with graph_context(call.progress):  # get_stream_writer() of a LangGraph tool: its progress
+            yield call
     finally:
         _current.reset(token)

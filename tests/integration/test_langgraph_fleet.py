@@ -11,21 +11,19 @@ import asyncio
 import json
 import uuid
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
-from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
-from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.tools import StructuredTool
 from langchain_core.tools import tool as langchain_tool
-from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.prebuilt import ToolNode, create_react_agent, tools_condition
+from langgraph.prebuilt.tool_node import TOOL_CALL_ERROR_TEMPLATE
 
 from tests.support import sample_tools
 from tests.support.agent_fleet import (
@@ -36,6 +34,7 @@ from tests.support.agent_fleet import (
     documented_glue,
 )
 from tests.support.fleet import run
+from tests.support.langgraph_support import ScriptedChatModel, calls
 from toolfleet import Branch, Fleet, HookPoint, PermissionPolicy, Session
 from toolfleet.adapters.langgraph import FleetToolNode
 from toolfleet.schemas.errors import ConfigurationError
@@ -47,31 +46,6 @@ from toolfleet.schemas.settings import Settings
 def lg(fleet_settings: Settings, redis_url: str) -> Iterator[AgentFleet]:
     with agent_fleet(fleet_settings, redis_url, "langgraph") as fleet:
         yield fleet
-
-
-class ScriptedChatModel(BaseChatModel):
-    """Answers with the given AIMessages in turn; records what it was sent and bound."""
-
-    replies: list[AIMessage]
-    seen: list[list[BaseMessage]] = []
-    bound: list[dict[str, Any]] = []
-
-    @property
-    def _llm_type(self) -> str:
-        return "scripted"
-
-    def _generate(self, messages: list[BaseMessage], *args: Any, **kwargs: Any) -> ChatResult:
-        self.seen.append(list(messages))
-        reply = self.replies[len(self.seen) - 1]
-        return ChatResult(generations=[ChatGeneration(message=reply)])
-
-    def bind_tools(self, tools: Sequence[Any], **_: Any) -> ScriptedChatModel:  # type: ignore[override]
-        self.bound.extend(convert_to_openai_tool(t) for t in tools)
-        return self
-
-
-def calls(*specs: tuple[str, dict[str, Any], str]) -> AIMessage:
-    return AIMessage("", tool_calls=[{"name": n, "args": a, "id": i} for n, a, i in specs])
 
 
 def agent_graph(model: Any, node: ToolNode) -> CompiledStateGraph[Any, Any, Any, Any]:
@@ -114,6 +88,8 @@ def test_a_graph_runs_each_turns_parallel_calls_on_the_fleet_as_one_batch(lg: Ag
         node = FleetToolNode(
             ["whoami", "sleep_async", "add", "fail", sample_tools.echo, "city_weather"],
             fleet=fleet,
+            handle_tool_errors=True,
+            toolfleet_metadata=True,
         )
         graph = agent_graph(model.bind_tools(node.tools), node)
         out = await graph.ainvoke({"messages": [HumanMessage("go")]}, config)
@@ -139,14 +115,19 @@ def test_a_graph_runs_each_turns_parallel_calls_on_the_fleet_as_one_batch(lg: Ag
     assert [m.status for m in answers] == ["success"] * 3 + ["error"] * 3 + ["success"]
     assert lg.runs_in_a_worker(json.loads(str(answers[0].content))["pid"])
     assert lg.runs_in_a_worker(json.loads(str(answers[6].content))["pid"])
-    assert answers[1].content == "0.3" and answers[2].content == "5"
-    assert answers[3].content == "ValueError: broken on purpose"
-    assert str(answers[4].content).startswith("ArgumentValidationError: ")
-    assert "argument 'a'" in str(answers[4].content)
+    # add(a: float, b: float): LangChain's validation makes 2 a float, as for a local tool.
+    assert answers[1].content == "0.3" and answers[2].content == "5.0"
+    # ToolNode's texts: the tool's exception as its type, LangChain's validation error.
+    assert answers[3].content == TOOL_CALL_ERROR_TEMPLATE.format(
+        error=repr(ValueError("broken on purpose"))
+    )
+    assert str(answers[4].content).startswith("Error: ToolInvocationError(")
+    assert "Error invoking tool 'add' with kwargs {'a': 'two', 'b': 3}" in str(answers[4].content)
     assert "not_a_tool is not a valid tool" in str(answers[5].content)
     assert answers[2].response_metadata["toolfleet"]["status"] == "completed"
-    # Five calls of the first turn in one batch (the unknown tool never sent), then one.
-    assert list(node.batcher.batch_sizes) == [5, 1]
+    # Four calls of the first turn in one batch (the unknown tool and the call with bad
+    # arguments never sent), then one.
+    assert list(node.batcher.batch_sizes) == [4, 1]
     # The model was shown toolfleet's specs; the echo function became its fleet tool.
     assert {t["function"]["name"] for t in model.bound} == {
         "whoami",
@@ -161,7 +142,7 @@ def test_a_graph_runs_each_turns_parallel_calls_on_the_fleet_as_one_batch(lg: Ag
     # toolfleet's history of the thread, in the model's order, under the model's ids.
     requests = stored.messages[::2]
     assert [m.content.tool_call_id for m in requests] == [
-        m.tool_call_id for m in answers if m.name != "not_a_tool"
+        m.tool_call_id for m in answers if m.tool_call_id not in ("call_bad", "call_none")
     ]
 
 
@@ -179,9 +160,11 @@ def test_toolnode_shapes_in_and_out_and_invoke_without_a_loop(lg: AgentFleet) ->
     finally:
         fleet.close()
     assert isinstance(as_list, list) and isinstance(as_dict, dict)
+    # Each AIMessage's two calls, run from ToolNode's threads, went as one act_sync.
+    assert list(node.batcher.batch_sizes) == [2, 2, 2]
     for answers in (as_list, as_dict["messages"], direct["messages"]):
         assert [(m.tool_call_id, m.content) for m in answers] == [
-            ("c1", "3"),
+            ("c1", "3.0"),
             ("c2", '{"k": "é"}'),
         ]
 
@@ -313,22 +296,28 @@ def test_gates_permission_policy_and_pre_hooks_apply(lg: AgentFleet) -> None:
     )
 
     async def scenario(fleet: Fleet) -> list[Any]:
-        node = FleetToolNode(["whoami", "echo"], fleet=fleet, session=session)
+        node = FleetToolNode(
+            ["whoami", "echo"], fleet=fleet, session=session, handle_tool_errors=True
+        )
         node.hooks.on(HookPoint.TOOL_PRE, lambda p: seen.append(p["tool_name"]))
         node.hooks.on(HookPoint.TOOL_PRE, policy.pre_hook())
         return list(await node.ainvoke([turn], thread()))
 
     denied, refused, allowed = run(lg.settings, scenario)
-    assert (denied.status, denied.content) == ("error", "denied by governance gate")
+    # Refused calls fail as a tool raising PermissionError would, in ToolNode's template.
+    assert (denied.status, denied.content) == (
+        "error",
+        TOOL_CALL_ERROR_TEMPLATE.format(error=repr(PermissionError("denied by governance gate"))),
+    )
     assert refused.status == "error"
-    assert str(refused.content).startswith("PermissionError: permission denied")
+    assert str(refused.content).startswith('Error: PermissionError("permission denied: echo')
     assert (allowed.status, allowed.content) == ("success", "ls")
     assert seen == ["echo", "echo"]  # the denied call never reached TOOL_PRE
 
     # branch= puts every call on that branch, under its hooks.
     async def on_branch(fleet: Fleet) -> Branch:
         branch = Branch(fleet=fleet)
-        node = FleetToolNode(["echo"], branch=branch)
+        node = FleetToolNode(["echo"], branch=branch, handle_tool_errors=True)
         policy.install(branch)
         await node.ainvoke([calls(("echo", {"value": "rm x"}, "b1"))], thread())
         return branch
@@ -360,4 +349,4 @@ def test_the_documented_glue_runs_as_printed(lg: AgentFleet) -> None:
 
     out = run(lg.settings, scenario)
     [answer] = [m for m in out["messages"] if isinstance(m, ToolMessage)]
-    assert (answer.tool_call_id, answer.content) == ("d1", "9")
+    assert (answer.tool_call_id, answer.content) == ("d1", "9.0")

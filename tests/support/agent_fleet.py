@@ -55,10 +55,16 @@ class AgentFleet:
 
 @contextmanager
 def agent_fleet(
-    fleet_settings: Settings, redis_url: str, name: str, *, more_tools: tuple[str, ...] = ()
+    fleet_settings: Settings,
+    redis_url: str,
+    name: str,
+    tools: tuple[str, ...] = TOOLS,
+    *,
+    more_tools: tuple[str, ...] = (),
 ) -> Iterator[AgentFleet]:
-    """The two workers, loading :data:`TOOLS` and ``more_tools`` (a test's own tool modules)."""
-    tools = (*TOOLS, *more_tools)
+    """The two workers, loading ``tools`` and ``more_tools`` (a test's own tool modules) on
+    queues of their own."""
+    tools = (*tools, *more_tools)
     settings, env = own_queues(fleet_settings, name, tools=tools)
     sync = start_worker("sync", redis_url=redis_url, tools=tools, concurrency=8, env=env)
     try:

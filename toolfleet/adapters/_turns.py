@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from toolfleet.dispatcher.branch import Branch
+from toolfleet.dispatcher.branch import Branch, ProgressCallback
 from toolfleet.dispatcher.fleet import Fleet, default_fleet
 from toolfleet.dispatcher.govern.callbacks import call_user
 from toolfleet.dispatcher.govern.hooks import HookBus, HookPoint
@@ -119,6 +119,7 @@ class _Waiter:
 class _Turn:
     branch: Branch
     call_params: CallParams | None
+    on_progress: ProgressCallback | None = None
     items: list[Any] = field(default_factory=list)
     waiters: list[_Waiter] = field(default_factory=list)
     task: asyncio.Task[None] | None = None
@@ -145,12 +146,15 @@ class TurnBatcher:
         branch: Callable[[], Branch],
         items: Sequence[Any],
         call_params: CallParams | None = None,
+        on_progress: ProgressCallback | None = None,
     ) -> list[ActionResponseModel]:
+        """``items``' results, run in the batch of ``key``'s turn; ``on_progress`` hears the
+        batch's progress reports (the first submitter's callback is the turn's)."""
         loop = asyncio.get_running_loop()
         key = (loop, key)  # a turn is gathered on one event loop
         turn = self._open.get(key)
         if turn is None:
-            turn = _Turn(branch(), call_params)
+            turn = _Turn(branch(), call_params, on_progress)
             self._open[key] = turn
             turn.task = loop.create_task(self._run(key, turn))
         waiter = _Waiter(len(turn.items), len(items), loop.create_future())
@@ -180,7 +184,12 @@ class TurnBatcher:
             return
         self.batch_sizes.append(len(turn.items))
         try:
-            results = await turn.branch.act(turn.items, call_params=turn.call_params)
+            if turn.on_progress is None:
+                results = await turn.branch.act(turn.items, call_params=turn.call_params)
+            else:  # asks the workers for progress reports (free when nobody listens)
+                results = await turn.branch.act(
+                    turn.items, call_params=turn.call_params, on_progress=turn.on_progress
+                )
         except asyncio.CancelledError:
             for w in turn.waiters:
                 w.future.cancel()
