@@ -22,8 +22,8 @@ from langgraph.prebuilt import InjectedStore, ToolRuntime
 from pydantic import BaseModel
 from pydantic_core import to_jsonable_python
 
+from toolfleet.dispatcher.batch.progress_relay import CallProgress
 from toolfleet.dispatcher.batch.units import DENIED_OUTPUT_ERROR
-from toolfleet.dispatcher.watch.progress_relay import CallProgress
 from toolfleet.schemas.action import ActionResponseModel
 from toolfleet.schemas.error_info import rebuild_error
 from toolfleet.schemas.errors import ConfigurationError, ToolfleetError
