@@ -16,23 +16,30 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
+import redis
+from celery import Celery
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
 from toolfleet.broker.liveness import StartedMarker
-from toolfleet.broker.redis_url import replica_acks_of, wait_for_replicas
+from toolfleet.broker.redis_url import replica_acks_of, sync_client, wait_for_replicas
 from toolfleet.dispatcher.fleet import Fleet
+from toolfleet.schemas.keys import Keys
 from toolfleet.schemas.record import not_run_result
 from toolfleet.schemas.status import EventStatus
+from toolfleet.schemas.tasks import task_id_for
 from toolfleet.schemas.tool import Tool
 from toolfleet.schemas.wire import CallMessage, CallResult
+from toolfleet.workers.app import redis_url_of, settings_of
 
 __all__ = [
     "SETTLE_TIMEOUT_S",
     "StragglerBuffer",
+    "cancel_running",
     "cancelled_error",
+    "revoke_calls",
     "settle_calls",
     "stopped_result",
 ]
@@ -227,8 +234,6 @@ async def _store(fleet: Fleet, results: dict[str, CallResult]) -> dict[str, Call
 
 
 async def _revoke(fleet: Fleet, calls: Sequence[tuple[CallMessage, Tool | None]]) -> None:
-    from toolfleet.dispatcher.send.enqueue import cancel_running, revoke_calls, task_id_for
-
     task_ids = [task_id_for(message) for message, _ in calls]
     running_async = [m.call_id for m, tool in calls if tool is not None and tool.kind == "async"]
 
@@ -271,3 +276,42 @@ async def _in_daemon_thread(function: Callable[[], None]) -> None:
 
     threading.Thread(target=run, name="toolfleet-revoke", daemon=True).start()
     await done
+
+
+def revoke_calls(app: Celery, task_ids: Iterable[str]) -> None:
+    """Revoke queued calls (ids as :func:`task_id_for` made them); a worker skips them.
+
+    The worker that drops a revoked call records it CANCELLED (see toolfleet.workers.prefork_task).
+    """
+    ids = list(task_ids)
+    if ids:
+        app.control.revoke(ids)
+
+
+def cancel_running(
+    app_or_redis: Celery | redis.Redis, call_ids: Iterable[str], *, keys: Keys | None = None
+) -> int:
+    """Ask every async worker to cancel these calls if running; returns listeners reached.
+
+    A cancelled call's record ends CANCELLED and its Celery state REVOKED. With a Redis
+    client, pass ``keys`` unless the fleet uses the default key prefix.
+    """
+    ids = list(call_ids)
+    if not ids:
+        return 0
+    if isinstance(app_or_redis, Celery):
+        keys = keys or Keys(settings_of(app_or_redis).key_prefix)
+        client = sync_client(redis_url_of(app_or_redis))
+        owned = True
+    else:
+        keys = keys or Keys()
+        client = app_or_redis
+        owned = False
+    try:
+        reached = 0
+        for call_id in ids:
+            reached = max(reached, int(client.publish(keys.cancel_channel(), call_id)))
+        return reached
+    finally:
+        if owned:
+            client.close()

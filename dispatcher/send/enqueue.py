@@ -1,4 +1,4 @@
-"""Enqueueing calls, and cancelling them: the caller's half of the wire.
+"""Enqueueing calls: the caller's half of the wire.
 
 Celery message fields chosen here are what Flower and the worker logs show (C10): the task id
 is the call_id, the task is shown as ``tool:<function>``, and its args are a redacted repr, so a
@@ -7,35 +7,30 @@ secret argument value never reaches Flower or a log line.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-import redis
 from celery import Celery
 from kombu.exceptions import OperationalError
 
 from toolfleet.broker import tracing
 from toolfleet.broker.outage import broker_unreachable
-from toolfleet.broker.redis_url import sync_client
 from toolfleet.dispatcher.send.bundles import publishing
 from toolfleet.schemas.errors import BrokerError
 from toolfleet.schemas.function_calling import redact
-from toolfleet.schemas.keys import Keys
 from toolfleet.schemas.limits import limit_wait_of
 from toolfleet.schemas.settings import Settings, masked_url
 from toolfleet.schemas.tasks import EXECUTE_TASK, task_id_for
 from toolfleet.schemas.tool import Tool
 from toolfleet.schemas.wire import CallMessage
-from toolfleet.workers.app import redis_url_of, settings_of
+from toolfleet.workers.app import settings_of
 
 __all__ = [
     "ARGSREPR_MAX_CHARS",
-    "cancel_running",
     "enqueue_error",
     "hard_limit_s",
     "is_outage",
     "publish_calls",
-    "revoke_calls",
     "send_options",
     "task_id_for",
 ]
@@ -110,45 +105,6 @@ def is_outage(error: BaseException) -> bool:
     if isinstance(cause, OperationalError):  # kombu's wrapper of a connection failure
         return True
     return cause is not None and broker_unreachable(cause)
-
-
-def revoke_calls(app: Celery, task_ids: Iterable[str]) -> None:
-    """Revoke queued calls (ids as :func:`task_id_for` made them); a worker skips them.
-
-    The worker that drops a revoked call records it CANCELLED (see toolfleet.workers.prefork_task).
-    """
-    ids = list(task_ids)
-    if ids:
-        app.control.revoke(ids)
-
-
-def cancel_running(
-    app_or_redis: Celery | redis.Redis, call_ids: Iterable[str], *, keys: Keys | None = None
-) -> int:
-    """Ask every async worker to cancel these calls if running; returns listeners reached.
-
-    A cancelled call's record ends CANCELLED and its Celery state REVOKED. With a Redis
-    client, pass ``keys`` unless the fleet uses the default key prefix.
-    """
-    ids = list(call_ids)
-    if not ids:
-        return 0
-    if isinstance(app_or_redis, Celery):
-        keys = keys or Keys(settings_of(app_or_redis).key_prefix)
-        client = sync_client(redis_url_of(app_or_redis))
-        owned = True
-    else:
-        keys = keys or Keys()
-        client = app_or_redis
-        owned = False
-    try:
-        reached = 0
-        for call_id in ids:
-            reached = max(reached, int(client.publish(keys.cancel_channel(), call_id)))
-        return reached
-    finally:
-        if owned:
-            client.close()
 
 
 def _argsrepr(message: CallMessage, tool: Tool) -> str:

@@ -12,7 +12,8 @@ from celery import Celery
 import tests.support.sample_tools  # noqa: F401  (registers the tools the workers run)
 from tests.support.fleet import WorkerProcess, collect_replies, make_call, run_calls, start_worker
 from tests.support.waiting import until
-from toolfleet.dispatcher.send.enqueue import cancel_running, publish_calls
+from toolfleet.dispatcher.send.cancel import cancel_running
+from toolfleet.dispatcher.send.enqueue import publish_calls
 from toolfleet.schemas.keys import Keys
 from toolfleet.schemas.settings import Settings
 from toolfleet.schemas.status import EventStatus

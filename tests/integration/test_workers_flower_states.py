@@ -14,7 +14,8 @@ from celery.events.state import State
 import tests.support.sample_tools  # noqa: F401  (registers the tools the workers run)
 from tests.support.fleet import WorkerProcess, collect_replies, make_call, run_calls
 from tests.support.waiting import until
-from toolfleet.dispatcher.send.enqueue import cancel_running, publish_calls
+from toolfleet.dispatcher.send.cancel import cancel_running
+from toolfleet.dispatcher.send.enqueue import publish_calls
 from toolfleet.schemas.keys import Keys
 from toolfleet.schemas.status import EventStatus
 from toolfleet.workers.monitor import live_leases, monitor_key
