@@ -1,9 +1,9 @@
-"""The caller's handle on a fleet: Celery app, tool registry, Redis client and collector."""
+"""The caller's handle on a fleet: its configuration (settings, app, registry), its clients (one
+share per event loop) and their lifecycle; approvals and the tool catalog by delegation."""
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import threading
 from collections.abc import Iterable
@@ -15,6 +15,7 @@ from celery import Celery
 
 from toolfleet.dispatcher.fleet.first_contact import BrokerContact
 from toolfleet.dispatcher.fleet.loop_binding import LoopBinding
+from toolfleet.dispatcher.fleet.tool_catalog import ToolCatalog
 from toolfleet.dispatcher.govern import approvals as parked
 from toolfleet.dispatcher.govern.approvals import ApprovalHandler
 from toolfleet.dispatcher.watch.broker_watch import KeptHistory
@@ -76,7 +77,7 @@ class Fleet:
         self._bindings: dict[asyncio.AbstractEventLoop, LoopBinding] = {}
         self._bindings_lock = threading.Lock()
         # Secret argument names the workers announced for tools this dispatcher lacks.
-        self._announced: dict[str, frozenset[str]] = {}
+        self.catalog = ToolCatalog(self.registry)
         self.approval_handlers: list[ApprovalHandler] = []
         # Reached once: silence is then an outage, else most likely a wrong URL (first_contact).
         self.contact = BrokerContact(self.settings)
@@ -167,38 +168,14 @@ class Fleet:
         return self._bind().reconciler
 
     async def learn_tools(self, functions: Iterable[Any]) -> None:
-        """Read what the workers announced (toolfleet.workers.tool_catalog) about tools named in a
-        batch that this dispatcher has not imported; never raises (unknown means hide every
-        value)."""
-        missing = sorted(
-            {
-                f
-                for f in functions
-                if isinstance(f, str)
-                and f not in self._announced
-                and _encodable(f)
-                and f not in self.registry
-            }
-        )
-        if not missing:
-            return
-        try:
-            found = await self.redis.hmget(self.keys.tool_secrets(), missing)
-        except Exception as exc:  # a broker problem fails the calls elsewhere, not here
-            log.debug("fleet: tool catalog unreadable: %r", exc)
-            return
-        for name, raw in zip(missing, found, strict=True):
-            try:
-                names = json.loads(raw) if raw is not None else None
-            except ValueError:
-                continue
-            if isinstance(names, list):
-                self._announced[name] = frozenset(str(n) for n in names)
+        """Read what the workers announced about tools named in a batch that this dispatcher
+        has not imported (toolfleet.dispatcher.fleet.tool_catalog); never raises."""
+        await self.catalog.learn(self.redis, self.keys, functions)
 
     def announced_secret_args(self, function: Any) -> frozenset[str] | None:
         """The secret argument names the fleet's workers announced for ``function``, or None
         when no worker did (then no argument value of its call may be shown)."""
-        return self._announced.get(function) if isinstance(function, str) else None
+        return self.catalog.secret_args(function)
 
     def expect(self, call_id: str, attempt: int) -> asyncio.Future[CallResult]:
         return self.collector.expect(call_id, attempt)
@@ -270,11 +247,3 @@ class Fleet:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
-
-
-def _encodable(name: str) -> bool:
-    try:
-        name.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
