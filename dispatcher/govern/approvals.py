@@ -24,13 +24,12 @@ import redis
 import redis.asyncio as aioredis
 
 from toolfleet.schemas.approval import (
-    DECIDE_SCRIPT,
-    PARK_SCRIPT,
     ApprovalRequest,
     ApprovalState,
 )
 from toolfleet.schemas.errors import ApprovalError
 from toolfleet.schemas.keys import Keys
+from toolfleet.schemas.lua_scripts import lua_script
 
 __all__ = [
     "ApprovalHandler",
@@ -44,6 +43,10 @@ __all__ = [
     "wait_for_decision",
     "waiting_approvals",
 ]
+
+# Parks a call, and lets exactly one decision in (toolfleet/schemas/lua/).
+_PARK = lua_script("approval_park")
+_DECIDE = lua_script("approval_decide")
 
 log = logging.getLogger(__name__)
 
@@ -91,8 +94,8 @@ async def park(
     """
     expire_s = max(1, int(request.expires_at - time.time()) + ttl_s)
     fields = request.to_fields(message=message, route=route)
-    script = client.register_script(PARK_SCRIPT)
-    created = await script(
+    created = await _PARK.run(
+        client,
         keys=[keys.approval(request.call_id), keys.approvals()],
         args=[
             request.call_id,
@@ -155,8 +158,8 @@ async def decide(
     ApprovalError when the call is unknown or was already decided (it says by whom)."""
     if state == "waiting":
         raise ValueError("decide() needs 'approved', 'denied' or 'expired', not 'waiting'")
-    script = client.register_script(DECIDE_SCRIPT)
-    answer: list[bytes | str] = await script(
+    answer: list[bytes | str] = await _DECIDE.run(
+        client,
         keys=[keys.approval(call_id), keys.approvals()],
         args=[call_id, state, by, reason or ""],
     )
