@@ -3,7 +3,7 @@
 A call that needs approval (its tool says ``approval=True``; a gate returned
 :class:`Escalate`; a TOOL_PRE hook raised ``ApprovalRequired``) is parked before it is
 enqueued: it holds no worker slot, and the batch's other calls go on. Whoever can reach the
-broker decides it, exactly once (``toolfleet.schemas.approval.DECIDE_SCRIPT``); the waiting
+broker decides it, exactly once (``toolfleet.schemas.approval.DECIDE``); the waiting
 dispatcher polls the call's hash, bounded by the call's approval time. Everything lives in
 Redis, so a dispatcher that dies while calls wait leaves them decidable for
 ``toolfleet recover`` (``toolfleet.dispatcher.history.recover``).
@@ -24,12 +24,13 @@ import redis
 import redis.asyncio as aioredis
 
 from toolfleet.schemas.approval import (
+    DECIDE,
+    PARK,
     ApprovalRequest,
     ApprovalState,
 )
 from toolfleet.schemas.errors import ApprovalError
 from toolfleet.schemas.keys import Keys
-from toolfleet.schemas.lua_scripts import lua_script
 
 __all__ = [
     "ApprovalHandler",
@@ -43,10 +44,6 @@ __all__ = [
     "wait_for_decision",
     "waiting_approvals",
 ]
-
-# Parks a call, and lets exactly one decision in (toolfleet/schemas/lua/).
-_PARK = lua_script("approval_park")
-_DECIDE = lua_script("approval_decide")
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +91,7 @@ async def park(
     """
     expire_s = max(1, int(request.expires_at - time.time()) + ttl_s)
     fields = request.to_fields(message=message, route=route)
-    created = await _PARK.run(
+    created = await PARK.run(
         client,
         keys=[keys.approval(request.call_id), keys.approvals()],
         args=[
@@ -158,7 +155,7 @@ async def decide(
     ApprovalError when the call is unknown or was already decided (it says by whom)."""
     if state == "waiting":
         raise ValueError("decide() needs 'approved', 'denied' or 'expired', not 'waiting'")
-    answer: list[bytes | str] = await _DECIDE.run(
+    answer: list[bytes | str] = await DECIDE.run(
         client,
         keys=[keys.approval(call_id), keys.approvals()],
         args=[call_id, state, by, reason or ""],
