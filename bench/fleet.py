@@ -74,17 +74,17 @@ class FleetClient:
         function: str,
         arguments: Sequence[dict[str, Any]],
         timeout_s: float,
-        max_concurrent: int | None = None,
+        max_in_flight: int | None = None,
     ) -> float:
         """Wall seconds for one ``act()`` of every call, from the call to the last result.
 
         Batched mode needs a window of at least a few batches to fill its messages, so it
-        defaults ``max_concurrent`` to the whole batch; per-call mode keeps the default window.
+        defaults ``max_in_flight`` to the whole batch; per-call mode keeps the default window.
         """
-        if self.batched and max_concurrent is None:
-            max_concurrent = len(arguments)
+        if self.batched and max_in_flight is None:
+            max_in_flight = len(arguments)
         return self.loop.run_until_complete(
-            self._timed(function, arguments, timeout_s, max_concurrent)
+            self._timed(function, arguments, timeout_s, max_in_flight)
         )
 
     def run_sequential(
@@ -102,7 +102,7 @@ class FleetClient:
         function: str,
         arguments: Sequence[dict[str, Any]],
         timeout_s: float,
-        max_concurrent: int | None,
+        max_in_flight: int | None,
     ) -> float:
         from toolfleet.dispatcher.branch import Branch
         from toolfleet.schemas.action import CallParams
@@ -111,7 +111,7 @@ class FleetClient:
         branch = Branch(fleet=self.fleet)
         requests = [{"function": function, "arguments": a} for a in arguments]
         size = "auto" if self.auto else BATCH_SIZE if self.batched else None
-        params = CallParams(max_concurrent=max_concurrent, bundle_size=size)
+        params = CallParams(max_in_flight=max_in_flight, bundle_size=size)
         start = time.perf_counter()
         act = asyncio.ensure_future(branch.act(requests, call_params=params))
         done, _ = await asyncio.wait({act}, timeout=timeout_s)

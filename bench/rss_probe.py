@@ -31,7 +31,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--calls", type=int, required=True)
     parser.add_argument("--batched", action="store_true")
     parser.add_argument(
-        "--window", type=int, default=None, help="CallParams.max_concurrent (default: the fleet's)"
+        "--window", type=int, default=None, help="CallParams.max_in_flight (default: the fleet's)"
     )
     args = parser.parse_args(argv)
     with FleetClient(args.broker, batched=args.batched) as client:
@@ -41,7 +41,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # The window bounds what is in flight (C8); without it the batched client would put
         # the whole batch in flight at once and measure that instead of the history.
         calls = [{"value": i} for i in range(args.calls)]
-        wall_s = client.run_batch("echo", calls, timeout_s=3600, max_concurrent=args.window)
+        wall_s = client.run_batch("echo", calls, timeout_s=3600, max_in_flight=args.window)
     line = {
         "calls": args.calls,
         "wall_s": wall_s,

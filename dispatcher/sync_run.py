@@ -13,6 +13,8 @@ import asyncio
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
+from toolfleet.schemas.errors import UsageError
+
 __all__ = ["run_sync"]
 
 T = TypeVar("T")
@@ -30,7 +32,7 @@ def run_sync(
     except RuntimeError:
         pass
     else:
-        raise RuntimeError(
+        raise UsageError(
             "act_sync() cannot be called from a running event loop: it would block every "
             "other task of that loop until the batch ends; use `await branch.act(...)` "
             "there, or call act_sync from a thread that runs no loop "

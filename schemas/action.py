@@ -5,11 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from toolfleet.schemas.approval import DEFAULT_APPROVAL_TIMEOUT_S
 from toolfleet.schemas.error_info import ErrorInfo
+from toolfleet.schemas.errors import ConfigurationError
 from toolfleet.schemas.limits import DEFAULT_LIMIT_WAIT_S
+from toolfleet.schemas.model import ToolfleetModel
 from toolfleet.schemas.provider import (
     anthropic_tool_result,
     openai_responses_output,
@@ -35,7 +37,7 @@ class ToolInvocation:
     branch_id: str | None = None
 
 
-class ActionResponseModel(BaseModel):
+class ActionResponseModel(ToolfleetModel):
     """The immediate result of one call, as returned by ``Branch.act()``."""
 
     function: str = ""
@@ -84,7 +86,7 @@ class ActionResponseModel(BaseModel):
         return anthropic_tool_result(self)
 
 
-class CallParams(BaseModel):
+class CallParams(ToolfleetModel):
     """Batch controls (the ADR's AlcallParams). Retries re-run FAILED attempts only."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -94,7 +96,9 @@ class CallParams(BaseModel):
     retry_backoff: float = Field(default=1.0, ge=1.0)
     timeout_s: float | None = None
     deadline_s: float | None = None
-    max_concurrent: int | None = None
+    # C8: calls of this act() in flight at once; None: settings.max_in_flight (256). Its old
+    # name, max_concurrent (ADR-0012 D4's and lionagi's), is accepted as an alias.
+    max_in_flight: int | None = None
     throttle_period_s: float | None = None
     return_exceptions: bool = False
     output_dropna: bool = True
@@ -114,14 +118,38 @@ class CallParams(BaseModel):
     @classmethod
     def _positive_seconds(cls, value: float | None) -> float | None:
         if value is not None and not value > 0:
-            raise ValueError(f"must be a positive number of seconds or None, got {value!r}")
+            raise ConfigurationError(f"must be a positive number of seconds or None, got {value!r}")
         return value
 
-    @field_validator("max_concurrent", "bundle_size")
+    @model_validator(mode="before")
+    @classmethod
+    def _old_window_name(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or "max_concurrent" not in data:
+            return data
+        data = dict(data)
+        old = data.pop("max_concurrent")
+        if data.get("max_in_flight", old) != old:
+            raise ConfigurationError(
+                f"max_concurrent={old!r} and max_in_flight={data['max_in_flight']!r} name the "
+                "same window; pass max_in_flight only"
+            )
+        # ADR-0012 D4's (and lionagi's) name: kept as an alias, not deprecated, so a caller
+        # written against the ADR's controls keeps working without a warning.
+        data["max_in_flight"] = old
+        return data
+
+    @property
+    def max_concurrent(self) -> int | None:
+        """ADR-0012 D4's name of :attr:`max_in_flight`, kept as an alias."""
+        return self.max_in_flight
+
+    @field_validator("max_in_flight", "bundle_size")
     @classmethod
     def _positive_count(cls, value: int | str | None) -> int | str | None:
         if isinstance(value, int) and value < 1:
-            raise ValueError(f"must be at least 1 or None for the default window, got {value!r}")
+            raise ConfigurationError(
+                f"must be at least 1 or None for the default window, got {value!r}"
+            )
         return value
 
 

@@ -14,9 +14,10 @@ import time
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict
 
 from toolfleet.schemas.lua_scripts import lua_script
+from toolfleet.schemas.model import ToolfleetModel
 
 __all__ = [
     "DECIDE",
@@ -47,7 +48,7 @@ DECIDE_SCRIPT = DECIDE.source
 _PRIVATE_FIELDS = ("message", "route")
 
 
-class ApprovalRequest(BaseModel):
+class ApprovalRequest(ToolfleetModel):
     """One call parked for approval: what ``toolfleet approvals`` lists and handlers get.
 
     ``arguments`` are redacted (a secret argument's value is never shown). ``requested_at``,

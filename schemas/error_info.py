@@ -16,16 +16,17 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 import toolfleet.schemas.errors as toolfleet_errors
 from toolfleet.schemas.errors import RemoteToolError, ToolfleetError
+from toolfleet.schemas.model import ToolfleetModel
 from toolfleet.schemas.serialize import describe_exception, to_jsonable
 
 __all__ = ["ErrorInfo", "error_record", "rebuild_error"]
 
 
-class ErrorInfo(BaseModel):
+class ErrorInfo(ToolfleetModel):
     """One call's error as structure: what :attr:`ActionResponseModel.error` says as text."""
 
     model_config = ConfigDict(frozen=True)

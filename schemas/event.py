@@ -8,15 +8,16 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+from pydantic import ConfigDict, Field, PrivateAttr
 
 from toolfleet.schemas.execution import Execution
+from toolfleet.schemas.model import ToolfleetModel
 from toolfleet.schemas.status import EventStatus
 
 __all__ = ["Event"]
 
 
-class Event(BaseModel):
+class Event(ToolfleetModel):
     """One execution attempt whose outcome is data, not an exception.
 
     ``invoke()`` runs only from PENDING. An ordinary ``Exception`` ends the event

@@ -10,7 +10,7 @@ from typing import Any
 from pydantic import BaseModel, Field, ValidationError
 
 from toolfleet.schemas.contract import safe_repr
-from toolfleet.schemas.errors import ArgumentValidationError, ToolTimeoutError
+from toolfleet.schemas.errors import ArgumentValidationError, ToolTimeoutError, WrongTypeError
 from toolfleet.schemas.event import Event
 from toolfleet.schemas.serialize import to_jsonable
 from toolfleet.schemas.signature import validation_problems
@@ -190,7 +190,7 @@ class FunctionCalling(Event):
                 close = getattr(result, "close", None)
                 if callable(close):
                     close()  # never leave a "coroutine was never awaited" warning behind
-            raise TypeError(
+            raise WrongTypeError(
                 f"tool {self.function!r}: its {role} is declared sync but returned an "
                 f"awaitable ({type(result).__name__}); declare it `async def` or return a value"
             )

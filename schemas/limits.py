@@ -14,6 +14,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from toolfleet.schemas.errors import ConfigurationError
+
 __all__ = [
     "BRANCH_KEY",
     "DEFAULT_LIMIT_WAIT_S",
@@ -64,7 +66,7 @@ class RateLimit:
         match = _RATE.match(value.lower()) if isinstance(value, str) else None
         period_s = _PERIODS.get(match.group(2)) if match else None
         if match is None or period_s is None or not float(match.group(1)) > 0:
-            raise ValueError(
+            raise ConfigurationError(
                 f"rate_limit must be 'N/s', 'N/m' or 'N/h' with N > 0 (calls per second, "
                 f"minute or hour), got {value!r}"
             )

@@ -6,7 +6,9 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import Field
+
+from toolfleet.schemas.model import ToolfleetModel
 
 __all__ = [
     "ActionRequest",
@@ -17,7 +19,7 @@ __all__ = [
 ]
 
 
-class ActionRequestContent(BaseModel):
+class ActionRequestContent(ToolfleetModel):
     function: str = ""
     arguments: dict[str, Any] = Field(default_factory=dict)
     action_response_id: str | None = None
@@ -27,7 +29,7 @@ class ActionRequestContent(BaseModel):
     call_id: str | None = None
 
 
-class ActionResponseContent(BaseModel):
+class ActionResponseContent(ToolfleetModel):
     function: str = ""
     arguments: dict[str, Any] = Field(default_factory=dict)
     output: Any = None
@@ -41,7 +43,7 @@ class ActionResponseContent(BaseModel):
         return self.error is None
 
 
-class _MessageBase(BaseModel):
+class _MessageBase(ToolfleetModel):
     id: str = Field(default_factory=lambda: str(uuid.uuid4()))
     created_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
     sender: str | None = None

@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import math
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import ConfigDict, ValidationError
+
+from toolfleet.schemas.errors import ConfigurationError, WrongTypeError
+from toolfleet.schemas.model import ToolfleetModel
 
 __all__ = [
     "MESSAGE_MAX_CHARS",
@@ -29,7 +32,7 @@ PROGRESS_PREFIX = b'{"progress":'
 MESSAGE_MAX_CHARS = 1000
 
 
-class ProgressReport(BaseModel):
+class ProgressReport(ToolfleetModel):
     """One report of one call attempt, as the tool made it."""
 
     model_config = ConfigDict(extra="ignore")  # a newer worker may say more
@@ -77,7 +80,7 @@ def check_progress(
     number = _number("done", done)
     whole = None if total is None else _number("total", total)
     if message is not None and not isinstance(message, str):
-        raise TypeError(
+        raise WrongTypeError(
             f"progress(message=...) must be a str or None, got {type(message).__name__}"
         )
     text = message[:MESSAGE_MAX_CHARS] if message is not None else None
@@ -86,10 +89,10 @@ def check_progress(
 
 def _number(name: str, value: object) -> int | float:
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"progress({name}=...) must be a number, got {type(value).__name__}")
+        raise WrongTypeError(f"progress({name}=...) must be a number, got {type(value).__name__}")
     if isinstance(value, int):
         return int(value)  # an IntEnum or int subclass as its plain value
     number = float(value)
     if not math.isfinite(number):
-        raise ValueError(f"progress({name}=...) must be finite, got {value!r}")
+        raise ConfigurationError(f"progress({name}=...) must be finite, got {value!r}")
     return number

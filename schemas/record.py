@@ -20,11 +20,12 @@ from collections.abc import Collection, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import ConfigDict, field_validator
 
 from toolfleet.schemas.contract import safe_text
 from toolfleet.schemas.execution import Execution
 from toolfleet.schemas.function_calling import REDACTED, redact
+from toolfleet.schemas.model import ToolfleetModel
 from toolfleet.schemas.serialize import jsonable_key, to_jsonable
 from toolfleet.schemas.status import EventStatus, check_status
 from toolfleet.schemas.tool import Tool
@@ -121,7 +122,7 @@ def _chars_within(value: Any, budget: int, depth: int) -> int | None:
     return used if used <= budget else None
 
 
-class EventRecord(BaseModel):
+class EventRecord(ToolfleetModel):
     """One execution record of one call (ADR-0012 D1), as JSON-ready fields.
 
     Build one with :meth:`not_run` or read one with :meth:`from_dict`; :meth:`to_dict` gives

@@ -86,25 +86,27 @@ def parse_sentinel(url: str) -> SentinelTarget:
     db, username, password = 0, None, None
     parts = [p.strip() for p in url.split(";") if p.strip()]
     if not parts:
-        raise ValueError(f"a Sentinel URL names no sentinel; write {SENTINEL_EXAMPLE}")
+        raise ConfigurationError(f"a Sentinel URL names no sentinel; write {SENTINEL_EXAMPLE}")
     for index, part in enumerate(parts):
         try:
             split = urlsplit(part)
             port = split.port
         except ValueError as exc:
-            raise ValueError(
+            raise ConfigurationError(
                 f"part {index + 1} is not a valid URL ({exc}); write {SENTINEL_EXAMPLE}"
             ) from None
         if split.scheme.lower() != "sentinel":
-            raise ValueError(
+            raise ConfigurationError(
                 f"every part of a Sentinel URL must be sentinel://host:port, got "
                 f"{split.scheme + '://' if split.scheme else 'no scheme'} in part {index + 1}; "
                 f"write {SENTINEL_EXAMPLE}"
             )
         if not split.hostname:
-            raise ValueError(f"part {index + 1} names no host; write {SENTINEL_EXAMPLE}")
+            raise ConfigurationError(f"part {index + 1} names no host; write {SENTINEL_EXAMPLE}")
         if port == 0:
-            raise ValueError(f"port 0 is not a port (part {index + 1}); write {SENTINEL_EXAMPLE}")
+            raise ConfigurationError(
+                f"port 0 is not a port (part {index + 1}); write {SENTINEL_EXAMPLE}"
+            )
         sentinels.append((split.hostname, port or _DEFAULT_SENTINEL_PORT))
         names = parse_qs(split.query).get(_MASTER_PARAM)
         if names and master is None:
@@ -112,7 +114,7 @@ def parse_sentinel(url: str) -> SentinelTarget:
         if index == 0:
             path = split.path.strip("/")
             if path and not path.isdigit():
-                raise ValueError(f"db {path!r} is not a number; write {SENTINEL_EXAMPLE}")
+                raise ConfigurationError(f"db {path!r} is not a number; write {SENTINEL_EXAMPLE}")
             db = int(path) if path else 0
             username = unquote(split.username) if split.username else None
             password = unquote(split.password) if split.password else None

@@ -10,9 +10,10 @@ from collections.abc import Mapping
 from typing import Any, Literal, TypeVar
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from toolfleet.schemas.errors import ConfigurationError
+from toolfleet.schemas.model import ToolfleetModel
 from toolfleet.schemas.redis_url import SENTINEL_EXAMPLE, is_sentinel, parse_sentinel
 
 __all__ = ["ENV_PREFIX", "Settings", "check_broker_url", "masked_url"]
@@ -20,7 +21,7 @@ __all__ = ["ENV_PREFIX", "Settings", "check_broker_url", "masked_url"]
 ENV_PREFIX = "TOOLFLEET_"
 
 
-class Settings(BaseModel):
+class Settings(ToolfleetModel):
     """Everything a worker or a dispatcher needs to find the fleet and run calls.
 
     Each field ``name`` is read from ``TOOLFLEET_<NAME>``.
@@ -41,7 +42,7 @@ class Settings(BaseModel):
     async_prefetch: int = Field(default=4, ge=1)
     # Must exceed the longest tool timeout, or Redis redelivers calls still running.
     visibility_timeout_s: float = Field(default=3600.0, gt=0)
-    # C8: calls of one act() in flight at once when call_params.max_concurrent is unset.
+    # C8: calls of one act() in flight at once when call_params.max_in_flight is unset.
     max_in_flight: int = Field(default=256, ge=1)
     max_argument_bytes: int = Field(default=1_000_000, ge=1)
     record_ttl_s: int = Field(default=7 * 24 * 3600, ge=1)
@@ -83,7 +84,7 @@ class Settings(BaseModel):
     @model_validator(mode="after")
     def _sentinel_needs_master(self) -> Settings:
         if is_sentinel(self.broker_url) and not self.sentinel_master:
-            raise ValueError(
+            raise ConfigurationError(
                 f"{ENV_PREFIX}BROKER_URL is a Sentinel URL but {ENV_PREFIX}SENTINEL_MASTER is "
                 f"unset; set {ENV_PREFIX}SENTINEL_MASTER to the name in the sentinels' "
                 f"'sentinel monitor <name> ...' line (e.g. {ENV_PREFIX}SENTINEL_MASTER=mymaster)"
@@ -166,20 +167,20 @@ def check_broker_url(url: str) -> str:
         parts = urlsplit(url)
         port = parts.port  # raises on a port that is not a number in 0..65535
     except ValueError as exc:
-        raise ValueError(f"not a valid URL ({exc}); write {_URL_EXAMPLE}") from None
+        raise ConfigurationError(f"not a valid URL ({exc}); write {_URL_EXAMPLE}") from None
     scheme = parts.scheme.lower()
     if scheme in _HOST_SCHEMES:
         if not parts.hostname:
-            raise ValueError(f"{scheme}:// URL names no host; write {_URL_EXAMPLE}")
+            raise ConfigurationError(f"{scheme}:// URL names no host; write {_URL_EXAMPLE}")
         if port == 0:
-            raise ValueError(f"port 0 is not a port; write {_URL_EXAMPLE}")
+            raise ConfigurationError(f"port 0 is not a port; write {_URL_EXAMPLE}")
         return url
     if scheme in _SOCKET_SCHEMES:
         if not parts.path:
-            raise ValueError(f"{scheme}:// URL names no socket path; write {_URL_EXAMPLE}")
+            raise ConfigurationError(f"{scheme}:// URL names no socket path; write {_URL_EXAMPLE}")
         return url
     shown = f"scheme {parts.scheme + '://'!r}" if parts.scheme else "no scheme"
-    raise ValueError(f"the broker must be Redis, got {shown}; write {_URL_EXAMPLE}")
+    raise ConfigurationError(f"the broker must be Redis, got {shown}; write {_URL_EXAMPLE}")
 
 
 def _split_list(raw: str) -> tuple[str, ...]:

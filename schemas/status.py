@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any
 
+from toolfleet.schemas.errors import ConfigurationError
+
 __all__ = ["TERMINAL_STATUSES", "EventStatus", "check_status"]
 
 
@@ -41,6 +43,6 @@ def check_status(execution: Mapping[str, Any]) -> None:
     try:
         EventStatus(status)
     except (ValueError, TypeError):
-        raise ValueError(
+        raise ConfigurationError(
             f"event execution status {status!r} is not one of {[s.value for s in EventStatus]}"
         ) from None

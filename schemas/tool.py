@@ -9,7 +9,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from toolfleet.schemas.errors import ConfigurationError
 from toolfleet.schemas.limits import BRANCH_KEY, SESSION_KEY, RateLimit
+from toolfleet.schemas.model import ToolfleetModel
 from toolfleet.schemas.signature import signature_model
 
 __all__ = ["Tool", "ToolKind", "callable_kind", "is_coro_func", "is_lionagi_tool"]
@@ -37,7 +39,7 @@ def callable_kind(func: Any) -> ToolKind:
     return "async" if is_coro_func(func) else "sync"
 
 
-class Tool(BaseModel):
+class Tool(ToolfleetModel):
     """A function exposed to the model, plus how toolfleet must execute it."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True, frozen=True)
@@ -79,7 +81,7 @@ class Tool(BaseModel):
         data = dict(data)
         func = data.get("func_callable")
         if func is None or not callable(func):
-            raise ValueError(
+            raise ConfigurationError(
                 f"func_callable must be a callable, got {func!r}; pass the function to run"
             )
         if not data.get("function"):
@@ -91,7 +93,7 @@ class Tool(BaseModel):
         elif kind != declared:
             # kind picks the queue: a sync tool on the asyncio pool would block its loop,
             # and FunctionCalling awaits by declaration anyway (C6).
-            raise ValueError(
+            raise ConfigurationError(
                 f"kind={kind!r} contradicts the callable's declaration ({declared}); "
                 f"leave kind unset or declare the callable `async def`"
             )
@@ -103,7 +105,7 @@ class Tool(BaseModel):
         if isinstance(data.get("rate_limit"), str):
             data["rate_limit"] = RateLimit.parse(data["rate_limit"])
         if data.get("read_only") and data.get("destructive"):
-            raise ValueError(
+            raise ConfigurationError(
                 "a tool cannot be both read_only=True and destructive=True; a read-only tool "
                 "changes nothing, so drop one of the two"
             )
@@ -115,25 +117,25 @@ class Tool(BaseModel):
         if key is None:
             return self
         if not self.limited:
-            raise ValueError(
+            raise ConfigurationError(
                 f"limit_key={key!r} says what a limit counts per, but {self.function!r} has "
                 "no limit; give rate_limit=... or max_concurrency=... too, or drop limit_key"
             )
         parameters = self.required_fields
         if key in (BRANCH_KEY, SESSION_KEY):
             if key in parameters:
-                raise ValueError(
+                raise ConfigurationError(
                     f"limit_key={key!r} is ambiguous for {self.function!r}: it means the call's "
                     f"own {key}, and the tool also has a parameter named {key!r}; rename the "
                     "parameter"
                 )
         elif key not in parameters and not self.accepts_extra_arguments:
-            raise ValueError(
+            raise ConfigurationError(
                 f"limit_key={key!r} is not a parameter of {self.function!r} (parameters: "
                 f"{sorted(parameters)}); name one of them, 'branch' or 'session'"
             )
         if key in self.secret_args:
-            raise ValueError(
+            raise ConfigurationError(
                 f"limit_key={key!r} names a secret argument of {self.function!r}; its value "
                 "would be shown in Redis keys and errors, so scope the limit by another argument"
             )
@@ -171,7 +173,7 @@ class Tool(BaseModel):
     def _positive_timeout(cls, timeout_s: float | None) -> float | None:
         # After coercion, so "5" is 5.0 and "soon" is a ValidationError, not a TypeError.
         if timeout_s is not None and not timeout_s > 0:
-            raise ValueError(
+            raise ConfigurationError(
                 f"timeout_s must be a positive number of seconds or None, got {timeout_s!r}"
             )
         return timeout_s

@@ -21,6 +21,7 @@ import traceback
 from collections.abc import Iterable, Iterator, Mapping
 from typing import IO, Any
 
+from toolfleet.schemas.error_info import ErrorInfo
 from toolfleet.schemas.errors import ConfigurationError
 from toolfleet.schemas.status import EventStatus
 from toolfleet.schemas.wire import CallMessage, CallResult
@@ -171,22 +172,22 @@ def worker_span(message: CallMessage, worker: str, header: Any) -> Iterator[Any]
 
 def set_result_status(current: Any, result: CallResult) -> None:
     """:func:`set_call_status` from a call's terminal record."""
-    error = result.execution.get("error")
-    text = str(error.get("error") or "") if isinstance(error, dict) else error
-    set_call_status(current, result.status, error=None if text is None else str(text))
+    info = ErrorInfo.from_record(result.execution.get("error"))
+    set_call_status(current, result.status, error_type=None if info is None else info.type)
 
 
 def set_call_status(
     current: Any,
     status: EventStatus | str | None,
     *,
-    error: str | None = None,
+    error_type: str | None = None,
     **attributes: Any,
 ) -> None:
     """Set a call span's toolfleet status (and its OpenTelemetry status) and attributes.
 
     Keyword names map to the ``toolfleet.*`` attributes (``function``, ``call_id``,
     ``tool_call_id``, ``worker``, ``attempt``, ``branch_id``); None values are left out.
+    ``error_type`` (ErrorInfo.type) is the ERROR status's description.
     """
     if current is None or not current.is_recording():
         return
@@ -199,31 +200,27 @@ def set_call_status(
     current.set_attribute(ATTR_STATUS, status.value)
     if status in _ERROR_STATUSES:
         # The error type only: its message can quote argument values.
-        current.set_status(StatusCode.ERROR, _error_type(error) or status.value)
+        current.set_status(StatusCode.ERROR, error_type or status.value)
     elif status is EventStatus.COMPLETED:
         current.set_status(StatusCode.OK)
 
 
-def record_error(current: Any, error: BaseException | str | None, *, message: bool = True) -> None:
+def record_error(current: Any, error: BaseException | None, *, message: bool = True) -> None:
     """Mark ``current`` ERROR for ``error`` (what a tool raised), recorded as the span's
     ``exception`` event: type, message and stack trace, as OpenTelemetry's
     ``record_exception`` does. ``message=False`` (a tool with secret arguments, whose text
     may quote one) records the type and the stack's frames only. No ``error``: no change."""
     if error is None or current is None or not current.is_recording():
         return
-    if isinstance(error, BaseException):
-        kind = type(error)
-        name = kind.__qualname__
-        module = kind.__module__
-        qualified = f"{module}.{name}" if module and module != "builtins" else name
-        if message:
-            stack = "".join(traceback.format_exception(error))
-        else:
-            stack = "".join(traceback.format_tb(error.__traceback__)) + qualified + "\n"
-        text = str(error)
-    else:  # an error already turned into text ("Type: message")
-        qualified = name = _error_type(error) or "Error"
-        stack, text = "", error
+    kind = type(error)
+    name = kind.__qualname__
+    module = kind.__module__
+    qualified = f"{module}.{name}" if module and module != "builtins" else name
+    if message:
+        stack = "".join(traceback.format_exception(error))
+    else:
+        stack = "".join(traceback.format_tb(error.__traceback__)) + qualified + "\n"
+    text = str(error)
     attributes = {"exception.type": qualified, "exception.stacktrace": stack}
     if message:
         attributes["exception.message"] = text
@@ -329,12 +326,5 @@ def configure_from_env(
 
 def _kind(name: str) -> Any:
     if name not in _KINDS:
-        raise ValueError(f"span kind {name!r} is not one of {list(_KINDS)}")
+        raise ConfigurationError(f"span kind {name!r} is not one of {list(_KINDS)}")
     return getattr(SpanKind, name.upper())
-
-
-def _error_type(error: str | None) -> str | None:
-    if not error:
-        return None
-    head = error.split(":", 1)[0].strip()
-    return head if head.isidentifier() else None

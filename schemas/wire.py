@@ -4,15 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
+from pydantic import ConfigDict, Field, PrivateAttr, field_validator
 
+from toolfleet.schemas.errors import ConfigurationError
 from toolfleet.schemas.execution import Execution
+from toolfleet.schemas.model import ToolfleetModel
 from toolfleet.schemas.status import EventStatus, check_status
 
 __all__ = ["CallMessage", "CallResult"]
 
 
-class CallMessage(BaseModel):
+class CallMessage(ToolfleetModel):
     """One call, as enqueued for a worker."""
 
     model_config = ConfigDict(extra="forbid")
@@ -48,11 +50,11 @@ class CallMessage(BaseModel):
     @classmethod
     def _positive_seconds(cls, value: float | None) -> float | None:
         if value is not None and not value > 0:
-            raise ValueError(f"must be a positive number of seconds or None, got {value!r}")
+            raise ConfigurationError(f"must be a positive number of seconds or None, got {value!r}")
         return value
 
 
-class CallResult(BaseModel):
+class CallResult(ToolfleetModel):
     """The terminal record of one call: the serialized event plus where it ran."""
 
     model_config = ConfigDict(extra="forbid")
@@ -72,7 +74,7 @@ class CallResult(BaseModel):
         # Fail when a record is read, not later with a KeyError in .status.
         execution = event.get("execution")
         if not isinstance(execution, dict):
-            raise ValueError(
+            raise ConfigurationError(
                 f"event must hold an 'execution' dict (FunctionCalling.to_dict()), "
                 f"got {type(execution).__name__}"
             )

@@ -25,6 +25,7 @@ from kombu.serialization import loads as loads_message
 from kombu.serialization import prepare_accept_content
 
 from toolfleet.schemas import tracing
+from toolfleet.schemas.errors import InternalError
 from toolfleet.schemas.status import EventStatus
 from toolfleet.schemas.tasks import EXECUTE_MANY_TASK
 from toolfleet.workers.bundle import execute_many_async
@@ -100,11 +101,11 @@ class AsyncioPool(BasePool):
         )
         self._thread.start()
         if not self._ready.wait(_READY_TIMEOUT_S):
-            raise RuntimeError(
+            raise InternalError(
                 f"the asyncio pool's event loop did not start within {_READY_TIMEOUT_S:g}s"
             )
         if self._start_error is not None:
-            raise RuntimeError(f"the asyncio pool failed to start: {self._start_error!r}")
+            raise InternalError(f"the asyncio pool failed to start: {self._start_error!r}")
 
     def _run_loop(self) -> None:
         try:
@@ -200,7 +201,7 @@ class AsyncioPool(BasePool):
     ) -> CallHandle:
         loop = self._loop
         if loop is None:
-            raise RuntimeError("the asyncio pool received a task before it started")
+            raise InternalError("the asyncio pool received a task before it started")
         request = PoolRequest(*args)
         task_id, request_dict, body = request.task_id, request.request, request.body
         content_type, content_encoding = request.content_type, request.content_encoding

@@ -1,4 +1,4 @@
-"""A sync tool's ``timeout_s`` inside a batch message: a per-call interval timer.
+"""A sync tool's ``timeout_s`` inside a bundle message: a per-call interval timer.
 
 A single ``toolfleet.execute`` message carries Celery's soft time limit, which interrupts a
 blocking sync tool. A ``toolfleet.execute_many`` message holds many calls and no Celery limit
@@ -6,9 +6,9 @@ can stand for each of them, so the prefork child arms ``ITIMER_REAL`` around eac
 call itself: on expiry SIGALRM raises Celery's ``SoftTimeLimitExceeded`` in the tool, exactly
 what the soft limit raises, and the call is recorded FAILED ToolTimeoutError like a single one.
 
-Only where it is sound: the batch turned it on (:data:`per_call_alarm`), this is the main
+Only where it is sound: the bundle turned it on (:data:`per_call_alarm`), this is the main
 thread (signals are delivered there), and the tool blocks from start to end (a sync callable
-with no async pre/postprocessor, so no other call of the batch runs while the timer is armed).
+with no async pre/postprocessor, so no other call of the bundle runs while the timer is armed).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from toolfleet.schemas.tool import Tool, is_coro_func
 
 __all__ = ["per_call_alarm", "sync_tool_deadline"]
 
-# Set by toolfleet.execute_many on the prefork pool for the calls of its batch.
+# Set by toolfleet.execute_many on the prefork pool for the calls of its bundle.
 per_call_alarm: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "toolfleet_per_call_alarm", default=False
 )
@@ -38,12 +38,12 @@ def _blocks_throughout(tool: Tool) -> bool:
 
 
 def _expired(signum: int, frame: FrameType | None) -> None:
-    raise SoftTimeLimitExceeded("the call's timeout_s expired inside a batch")
+    raise SoftTimeLimitExceeded("the call's timeout_s expired inside a bundle")
 
 
 @contextlib.contextmanager
 def sync_tool_deadline(tool: Tool, timeout_s: float | None) -> Iterator[None]:
-    """Interrupt a blocking sync tool after ``timeout_s`` when the batch asked for it."""
+    """Interrupt a blocking sync tool after ``timeout_s`` when the bundle asked for it."""
     armed = (
         timeout_s is not None
         and timeout_s > 0

@@ -1,20 +1,20 @@
-"""Opt-in batching for trivial tools: several calls per Celery message.
+"""Opt-in bundling for trivial tools: several calls per Celery message.
 
 A Celery message costs a few milliseconds of broker and worker bookkeeping whatever the tool
 does, which dwarfs an echo. ``toolfleet.execute_many`` carries a list of CallMessages; the
 worker runs each through the same :func:`toolfleet.workers.call_runner.execute_async` as
 ``toolfleet.execute``, concurrently on one event loop, so every call keeps its own idempotency
-check, started marker, terminal record and reply — the collector cannot tell a batched call from a
+check, started marker, terminal record and reply — the collector cannot tell a bundled call from a
 single one.
 
-Flower shows one task per *batch* (named ``batch:<function>:<n>``, args listing the call ids)
+Flower shows one task per *bundle* (named ``bundle:<function>:<n>``, args listing the call ids)
 and, while a monitor watches, each call as its own ``tool:<function>`` task with the call_id
-as task id (:mod:`toolfleet.workers.call_events`). What is lost per call: a batched call can only be
+as task id (:mod:`toolfleet.workers.call_events`). What is lost per call: a bundled call can only be
 revoked while queued, through Celery's revoked set (checked here before each call runs; only
 the asyncio pool, which runs in the worker's main process, sees revokes that arrive after the
 pool started). A
 blocking sync tool's ``timeout_s`` is enforced per call by :mod:`toolfleet.workers.alarm` (no Celery
-time limit covers one call of a batch). So batch only trivial, quick tools.
+time limit covers one call of a bundle). So bundle only trivial, quick tools.
 """
 
 from __future__ import annotations
@@ -54,11 +54,11 @@ async def execute_many_async(
     pool: ToolKind | None = None,
     trace: Any = None,
 ) -> dict[str, Any]:
-    """Run every call of one batch concurrently; each stores and signals its own record.
+    """Run every call of one bundle concurrently; each stores and signals its own record.
 
     Each call goes through :func:`toolfleet.workers.call_runner.execute_async` unchanged, but
     against a :class:`toolfleet.workers.bundle_store.BundleStore` that starts every call in one
-    pipeline and writes every record and reply in another: two Redis round trips per batch, not per
+    pipeline and writes every record and reply in another: two Redis round trips per bundle, not per
     call.
 
     A call whose task id is in ``revoked`` is recorded CANCELLED without running; an item
@@ -68,7 +68,7 @@ async def execute_many_async(
     if not isinstance(messages, list | tuple):
         raise MalformedRequestError(
             f"{EXECUTE_MANY_TASK} takes a list of CallMessage dicts, got "
-            f"{type(messages).__name__}; publish batches with "
+            f"{type(messages).__name__}; publish bundles with "
             "toolfleet.dispatcher.send.bundles.publish_bundles"
         )
     parsed: list[CallMessage] = []
@@ -80,7 +80,7 @@ async def execute_many_async(
             log.error("%s: %s", EXECUTE_MANY_TASK, exc)
             malformed += 1
     store = BundleStore(runtime.async_store(), hostname or "")
-    batch_runtime = BundleRuntime(runtime, store)
+    bundle_runtime = BundleRuntime(runtime, store)
     await store.prefetch(parsed, runtime.registry)
 
     async def one(msg: CallMessage, events: CallEvents | None) -> str:
@@ -93,13 +93,13 @@ async def execute_many_async(
                 events.finished(msg, result, None)
             return EventStatus.CANCELLED.value
         outcome = await execute_async(
-            msg, runtime=batch_runtime, hostname=hostname, pool=pool, trace=trace
+            msg, runtime=bundle_runtime, hostname=hostname, pool=pool, trace=trace
         )
         if events is not None:
             events.finished(msg, outcome.result, outcome.error)
         return str(outcome.status.value)
 
-    # A blocking sync tool's timeout_s, per call: no Celery limit covers a batch's calls.
+    # A blocking sync tool's timeout_s, per call: no Celery limit covers a bundle's calls.
     alarm = per_call_alarm.set(pool == "sync")
     try:
         # Each call its own Flower task while a monitor watches (toolfleet.workers.call_events).
@@ -126,7 +126,7 @@ def _revoked_result(msg: CallMessage, runtime: WorkerRuntime, hostname: str | No
 def register_execute_many_task(app: Celery) -> Task:
     """Register ``toolfleet.execute_many`` on ``app``.
 
-    The batch task itself always succeeds: each call's outcome is in its own record, and one
+    The bundle task itself always succeeds: each call's outcome is in its own record, and one
     failed call must not mark its siblings FAILURE in Flower.
     """
 
@@ -157,6 +157,6 @@ def _parse(message: Any) -> CallMessage:
     except Exception:
         raise MalformedRequestError(
             f"{EXECUTE_MANY_TASK} got an item that is not a CallMessage dict: "
-            f"{str(message)[:200]!r}; publish batches with "
+            f"{str(message)[:200]!r}; publish bundles with "
             "toolfleet.dispatcher.send.bundles.publish_bundles"
         ) from None

@@ -1,15 +1,15 @@
-"""The store one batch's calls share: the C7 start of every call in one round trip, every record
+"""The store one bundle's calls share: the C7 start of every call in one round trip, every record
 and reply in one more.
 
-:class:`BundleStore` is a :class:`toolfleet.workers.runtime.CallStore`, so each call of a batch goes
-through :func:`toolfleet.workers.call_runner.execute_async` unchanged. It speaks the single-call
-store's protocol, only pipelined: :meth:`BundleStore.prefetch` starts every call whose tool is
-registered with the same commands (:func:`toolfleet.workers.store.queue_begin`, read by
-:func:`toolfleet.workers.store.read_begin`) and reads the record of every other one;
+:class:`BundleStore` is a :class:`toolfleet.workers.runtime.CallStore`, so each call of a bundle
+goes through :func:`toolfleet.workers.call_runner.execute_async` unchanged. It speaks the
+single-call store's protocol, only pipelined: :meth:`BundleStore.prefetch` starts every call
+whose tool is registered with the same commands (:func:`toolfleet.workers.store.queue_begin`,
+read by :func:`toolfleet.workers.store.read_begin`) and reads the record of every other one;
 :meth:`BundleStore.flush` writes every record with the same FINISH
-(:mod:`toolfleet.workers.record_scripts`) and every repeated reply. Anything off that path (a live
-duplicate, a lost holder) goes to the real store, so the C7 and worker-lost rules hold as for a
-single call.
+(:mod:`toolfleet.workers.record_scripts`) and every repeated reply. Anything off that path (a
+live duplicate, a lost holder) goes to the real store, so the C7 and worker-lost rules hold as
+for a single call.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from toolfleet.workers.store import (
 
 __all__ = ["BundleRuntime", "BundleStore"]
 
-# Redis connections one batch may hold at once for calls off the prefetched happy path.
+# Redis connections one bundle may hold at once for calls off the prefetched happy path.
 _SLOW_PATH_CONNECTIONS = 8
 
 _Begun = tuple[CallResult | None, StartedMarker | None]
@@ -49,11 +49,11 @@ class BundleStore:
         # The worker's client, for what a call does besides its record (its limits).
         self.client = store.client
         self.hostname = hostname
-        # Per call id, in order (a batch may hold one call id twice): prefetched answers.
+        # Per call id, in order (a bundle may hold one call id twice): prefetched answers.
         self._begun: dict[str, list[tuple[StartFinding, StartedMarker]]] = {}
         self._terminal: dict[str, list[CallResult | None]] = {}
         self._writes: list[tuple[CallResult, str | None, bool]] = []
-        # The client's pool has a connection cap shared by every batch on the loop; a batch
+        # The client's pool has a connection cap shared by every bundle on the loop; a bundle
         # whose calls all take the slow path must not open one connection per call.
         self._slow_path = asyncio.Semaphore(_SLOW_PATH_CONNECTIONS)
 
@@ -120,7 +120,7 @@ class BundleStore:
     async def finish(self, result: CallResult, reply_to: str | None) -> bool:
         # Applied at flush() with FINISH, as the real finish(); a record that loses
         # there (a revoke got in first) keeps the stored one in Redis and the reply list, and
-        # only this batch's summary count is optimistic.
+        # only this bundle's summary count is optimistic.
         self._writes.append((result, reply_to, True))
         return True
 
@@ -154,7 +154,7 @@ class BundleStore:
 
 
 class BundleRuntime:
-    """A :class:`toolfleet.workers.runtime.CallRuntime`: the worker's, with the batch's store."""
+    """A :class:`toolfleet.workers.runtime.CallRuntime`: the worker's, with the bundle's store."""
 
     def __init__(self, runtime: WorkerRuntime, store: BundleStore) -> None:
         self.registry: Registry = runtime.registry

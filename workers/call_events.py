@@ -1,14 +1,14 @@
-"""Per-call task events for the calls of a batch message, so Flower shows each call (C10).
+"""Per-call task events for the calls of a bundle message, so Flower shows each call (C10).
 
 Celery sends task events for the message it runs: for ``toolfleet.execute_many`` that is one
-``batch:<function>:<n>`` task. Each call inside gets its own events here, with the call's task
+``bundle:<function>:<n>`` task. Each call inside gets its own events here, with the call's task
 id (:func:`toolfleet.schemas.tasks.task_id_for`, the call_id) as ``uuid`` and ``tool:<function>`` as
 name — what a single ``toolfleet.execute`` message shows: task-received and task-started as the call
 begins, then task-succeeded, task-failed or task-revoked with its outcome. Arguments are shown
 redacted (the tool's ``secret_args`` as ``***``; every value when the tool is unknown).
 
 Sent only while a monitor watches (:func:`toolfleet.workers.monitor.is_watched`, or
-``TOOLFLEET_TASK_EVENTS=always``): unwatched, a batch pays nothing for them.
+``TOOLFLEET_TASK_EVENTS=always``): unwatched, a bundle pays nothing for them.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ _REPR_MAX_CHARS = 1024
 
 
 class CallEvents:
-    """Sends one batch's per-call events through one event dispatcher."""
+    """Sends one bundle's per-call events through one event dispatcher."""
 
     def __init__(self, dispatcher: Any, registry: Registry) -> None:
         self._dispatcher = dispatcher
@@ -109,7 +109,7 @@ class CallEvents:
 def call_events(
     app: Celery, hostname: str | None, registry: Registry
 ) -> Iterator[CallEvents | None]:
-    """A batch's CallEvents while a monitor watches ``app``'s fleet, else None."""
+    """A bundle's CallEvents while a monitor watches ``app``'s fleet, else None."""
     if not is_watched(app):
         yield None
         return

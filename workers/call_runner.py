@@ -244,7 +244,8 @@ async def _run_tool(
             await current.settle()
             # What the tool raised (caught by invoke) makes its own span ERROR too.
             error = _tool_error(call, tool, timeout_s, limit_s)
-            tracing.record_error(tool_span, error, message=not tool.secret_args)
+            if isinstance(error, BaseException):  # what the tool raised, not a stored record
+                tracing.record_error(tool_span, error, message=not tool.secret_args)
     except BaseException:
         if not cancel_is_final():
             raise

@@ -2,8 +2,8 @@
 
 Written against Celery 5.7.0 (kombu 5.7.0, billiard 4.2). Each function here leans on one
 internal: a private tuple, a registry Celery keeps for itself, an attribute of the worker's
-consumer. ``tests/test_celery_internals.py`` checks every one of them against the installed
-Celery and fails naming what changed; when it fails, fix the function here, nowhere else.
+consumer. ``tests/integration/test_celery_internals.py`` checks every one of them against the
+installed Celery and fails naming what changed; when it fails, fix the function here, nowhere else.
 
 What for, in one sentence: a call shows in Flower as ``tool:<function>`` with its own state
 (C10), task events cost nothing while no monitor watches, the asyncio pool reports to

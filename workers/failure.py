@@ -10,14 +10,14 @@ record back into an exception for Celery.
 
 from __future__ import annotations
 
-import builtins
 from typing import Any
 
 import redis
 from pydantic import ValidationError
 
-import toolfleet.schemas.errors as toolfleet_errors
-from toolfleet.schemas.errors import BrokerError
+from toolfleet.schemas.error_info import ErrorInfo
+from toolfleet.schemas.error_info import rebuild_error as rebuild_remote_error
+from toolfleet.schemas.errors import BrokerError, RemoteToolError
 from toolfleet.schemas.record import not_run_result
 from toolfleet.schemas.settings import masked_url
 from toolfleet.schemas.status import EventStatus
@@ -29,22 +29,20 @@ __all__ = ["rebuild_error", "record_if_absent"]
 
 
 def rebuild_error(result: CallResult) -> BaseException | None:
-    """An exception with the recorded type name and message, for Celery's FAILURE state."""
+    """An exception of the recorded class (from the record's structure, ErrorInfo), for
+    Celery's FAILURE state; None unless the call FAILED."""
     if result.status is not EventStatus.FAILED:
         return None
-    error = result.execution.get("error")
-    if isinstance(error, dict):
-        name = str(error.get("error") or "Exception")
-        text = str(error.get("message") or "")
-    else:
-        name, text = "Exception", str(error)
-    cls = getattr(toolfleet_errors, name, None) or getattr(builtins, name, None)
-    if isinstance(cls, type) and issubclass(cls, Exception):
-        try:
-            return cls(text)
-        except Exception:  # e.g. ExceptionGroup needs two arguments
-            pass
-    return type(name, (Exception,), {"__module__": "toolfleet.remote"})(text)
+    info = ErrorInfo.from_record(result.execution.get("error")) or ErrorInfo(
+        type="Exception", module="builtins", message=""
+    )
+    exc = rebuild_remote_error(info)
+    if not isinstance(exc, RemoteToolError):
+        return exc
+    # A class this process cannot name (one local to a function): Celery and Flower show
+    # the type's own name, as the tool raised it, not RemoteToolError.
+    name = info.type.rpartition(".")[2] or "Exception"
+    return type(name, (Exception,), {"__module__": "toolfleet.remote"})(info.message)
 
 
 def record_if_absent(

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import redis
 import redis.asyncio as aioredis
 
-from toolfleet.schemas.errors import RateLimitedError
+from toolfleet.schemas.errors import RateLimitedError, WrongTypeError
 from toolfleet.schemas.keys import Keys
 from toolfleet.schemas.limits import LimitScope, limit_scope, limit_wait_of, retry_after_text
 from toolfleet.schemas.liveness import HEARTBEAT_STALE_S
@@ -70,7 +70,7 @@ def limits_client(store: object) -> aioredis.Redis:
     """The asyncio Redis client of a call's store (the single-call store's, or the batch's)."""
     client = getattr(store, "client", None)
     if not isinstance(client, aioredis.Redis):
-        raise TypeError(f"{type(store).__name__} has no asyncio Redis client for the limits")
+        raise WrongTypeError(f"{type(store).__name__} has no asyncio Redis client for the limits")
     return client
 
 

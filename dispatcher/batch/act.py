@@ -93,7 +93,7 @@ class Batch:
             else None
         )
         self._window: Window[Item] = Window(
-            self.params.max_concurrent or fleet.settings.max_in_flight,
+            self.params.max_in_flight or fleet.settings.max_in_flight,
             self._run_one,
             self._complete,
             self._stops_batch,

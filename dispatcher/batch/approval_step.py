@@ -20,7 +20,7 @@ from toolfleet.dispatcher.send.enqueue import send_options
 from toolfleet.dispatcher.watch.approval_events import announce_approval
 from toolfleet.dispatcher.watch.cancel import SETTLE_TIMEOUT_S
 from toolfleet.schemas.approval import ApprovalRequest
-from toolfleet.schemas.errors import ApprovalError, BrokerError
+from toolfleet.schemas.errors import ApprovalNotWaitingError, BrokerError
 from toolfleet.schemas.outage import through_outage
 from toolfleet.schemas.record import bounded_arguments, shown_arguments
 from toolfleet.schemas.settings import masked_url
@@ -149,7 +149,7 @@ async def _ask_handlers(fleet: Fleet, request: ApprovalRequest) -> None:
                 "approved" if verdict else "denied",
                 by=f"handler {name.rsplit('.', 1)[-1]}",
             )
-        except ApprovalError:
+        except ApprovalNotWaitingError:
             pass  # someone else decided first; that decision stands
         except (RedisError, OSError) as exc:
             log.warning(

@@ -160,7 +160,7 @@ class Transaction:
                 tracing.set_call_status(
                     span,
                     result.status,
-                    error=result.error,
+                    error_type=None if result.error_info is None else result.error_info.type,
                     function=result.function,
                     call_id=result.call_id,
                     tool_call_id=result.tool_call_id,

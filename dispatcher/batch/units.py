@@ -75,6 +75,7 @@ def finished_unit(ctx: CallContext, result: CallResult, events: list[EventRecord
             "duration": execution.duration,
             "status": status,
             "error": error,
+            "error_info": info,
             "branch_id": ctx.branch_id,
         },
     )

@@ -1,7 +1,7 @@
 """The window scheduler of one act() batch: which calls run, and how many at once (C8).
 
 ``sequential`` runs one call after another; ``concurrent`` keeps at most ``size`` calls in
-flight (CallParams.max_concurrent, else settings.max_in_flight). A call whose unit should
+flight (CallParams.max_in_flight, else settings.max_in_flight). A call whose unit should
 stop the batch (an exception act() raises after writing) stops it: no later call starts.
 Each finished call is handed to ``complete`` (the in-order writer) as soon as it finishes.
 """

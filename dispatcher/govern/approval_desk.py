@@ -11,6 +11,7 @@ from toolfleet.dispatcher.govern.approvals import (
     waiting_approvals,
 )
 from toolfleet.schemas.approval import ApprovalRequest
+from toolfleet.schemas.errors import ConfigurationError
 from toolfleet.schemas.keys import Keys
 
 if TYPE_CHECKING:
@@ -36,16 +37,17 @@ class ApprovalDesk:
     async def approve(
         self, call_id: str, *, by: str | None = None, reason: str | None = None
     ) -> ApprovalRequest:
-        """Let the waiting call ``call_id`` run; ApprovalError when it is not waiting."""
+        """Let the waiting call ``call_id`` run; ApprovalNotWaitingError (an ApprovalError)
+        when it is not waiting."""
         return await decide(
             self.redis, self.keys, call_id, "approved", by=by or default_decider(), reason=reason
         )
 
     async def deny(self, call_id: str, reason: str, *, by: str | None = None) -> ApprovalRequest:
         """Refuse the waiting call ``call_id``: it ends as a denial the model reads, with
-        ``reason``; ApprovalError when it is not waiting."""
+        ``reason``; ApprovalNotWaitingError (an ApprovalError) when it is not waiting."""
         if not isinstance(reason, str) or not reason.strip():
-            raise ValueError(
+            raise ConfigurationError(
                 f"deny() needs a reason, got {reason!r}; the model reads it, so say why "
                 "(for example fleet.deny(call_id, 'only read-only queries today'))"
             )

@@ -29,7 +29,7 @@ from toolfleet.schemas.approval import (
     ApprovalRequest,
     ApprovalState,
 )
-from toolfleet.schemas.errors import ApprovalError
+from toolfleet.schemas.errors import ApprovalNotWaitingError, ConfigurationError
 from toolfleet.schemas.keys import Keys
 
 __all__ = [
@@ -152,9 +152,9 @@ async def decide(
     reason: str | None = None,
 ) -> ApprovalRequest:
     """Approve, deny or expire a waiting call; returns it decided. The first decision wins:
-    ApprovalError when the call is unknown or was already decided (it says by whom)."""
+    ApprovalNotWaitingError when the call is unknown or was already decided (it says by whom)."""
     if state == "waiting":
-        raise ValueError("decide() needs 'approved', 'denied' or 'expired', not 'waiting'")
+        raise ConfigurationError("decide() needs 'approved', 'denied' or 'expired', not 'waiting'")
     answer: list[bytes | str] = await DECIDE.run(
         client,
         keys=[keys.approval(call_id), keys.approvals()],
@@ -162,18 +162,20 @@ async def decide(
     )
     verdict = [part.decode() if isinstance(part, bytes) else str(part) for part in answer]
     if verdict[0] == "missing":
-        raise ApprovalError(
+        raise ApprovalNotWaitingError(
             f"no call {call_id!r} is waiting for approval (unknown id, or decided long ago and "
             "forgotten); `toolfleet approvals` lists the calls that wait, with their ids"
         )
     if verdict[0] != "ok":
-        raise ApprovalError(
+        raise ApprovalNotWaitingError(
             f"call {call_id!r} was already {verdict[0]} by {verdict[1] or 'someone'}; a call "
             "is decided once, and the first decision stands"
         )
     decided = await load_approval(client, keys, call_id)
     if decided is None:  # expired between the script and this read: the script's word
-        raise ApprovalError(f"call {call_id!r} was {state} but its record has since expired")
+        raise ApprovalNotWaitingError(
+            f"call {call_id!r} was {state} but its record has since expired"
+        )
     return decided
 
 
@@ -215,7 +217,7 @@ async def expire(
     broker."""
     try:
         return await decide(client, keys, request.call_id, "expired", by=by, reason=why)
-    except ApprovalError:
+    except ApprovalNotWaitingError:
         pass  # decided just now, or its record is gone: whatever Redis holds stands
     except (redis.RedisError, OSError):
         return _expired(request, by, why + " (the broker could not be reached to record it)")

@@ -9,6 +9,7 @@ from enum import StrEnum
 from typing import Any
 
 from toolfleet.dispatcher.govern.callbacks import call_user, callback_name, error_text
+from toolfleet.schemas.errors import ConfigurationError, ControlSignal
 
 __all__ = ["HookBus", "HookFailure", "HookHandler", "HookPoint", "StopHook"]
 
@@ -23,7 +24,7 @@ class HookPoint(StrEnum):
     TOOL_ERROR = "tool_error"
 
 
-class StopHook(Exception):
+class StopHook(ControlSignal):
     """Raised by a handler to skip the remaining handlers of its point (not the call)."""
 
 
@@ -73,7 +74,7 @@ class HookBus:
         """Run a non-blocking point's handlers; each failure is logged, isolated, returned."""
         point = _point(point)
         if point is HookPoint.TOOL_PRE:
-            raise ValueError("TOOL_PRE is blocking; use emit_pre() so its errors propagate")
+            raise ConfigurationError("TOOL_PRE is blocking; use emit_pre() so its errors propagate")
         failures: list[HookFailure] = []
         for handler in self.handlers(point):
             try:
@@ -91,6 +92,6 @@ def _point(point: HookPoint | str) -> HookPoint:
     try:
         return HookPoint(point)
     except ValueError:
-        raise ValueError(
+        raise ConfigurationError(
             f"unknown hook point {point!r}; use one of {[p.value for p in HookPoint]}"
         ) from None

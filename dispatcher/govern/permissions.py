@@ -13,7 +13,12 @@ from toolfleet.dispatcher.govern.approvals import Escalate
 from toolfleet.dispatcher.govern.callbacks import call_user
 from toolfleet.dispatcher.govern.hooks import HookHandler, HookPoint
 from toolfleet.schemas.action import ToolInvocation
-from toolfleet.schemas.errors import ApprovalRequired, ConfigurationError
+from toolfleet.schemas.errors import (
+    ApprovalRequired,
+    ConfigurationError,
+    PolicyDeniedError,
+    WrongTypeError,
+)
 
 if TYPE_CHECKING:
     from toolfleet.dispatcher.branch import Branch
@@ -109,7 +114,7 @@ class PermissionPolicy:
                     return
                 raise ApprovalRequired(decision.reason)
             if not decision.allowed:
-                raise PermissionError(f"permission denied: {decision.reason}")
+                raise PolicyDeniedError(f"permission denied: {decision.reason}")
 
         return permission_pre_hook
 
@@ -130,11 +135,11 @@ class PermissionPolicy:
             if decision.decision == "escalate" and self.on_escalate is not None:
                 approved = self.on_escalate(tool_name, action, dict(arguments))
                 if inspect.isawaitable(approved):
-                    raise TypeError("to_pre_hook() needs a synchronous on_escalate")
+                    raise WrongTypeError("to_pre_hook() needs a synchronous on_escalate")
                 if approved:
                     return arguments
             if not decision.allowed:
-                raise PermissionError(f"permission denied: {decision.reason}")
+                raise PolicyDeniedError(f"permission denied: {decision.reason}")
             return arguments
 
         return permission_preprocessor

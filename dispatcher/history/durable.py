@@ -127,6 +127,7 @@ class DurableLog:
         self._lock = asyncio.Lock()
         self._lock_loop: asyncio.AbstractEventLoop | None = None
         self.last_error: str | None = None
+        self.last_error_type: str | None = None  # its exception's class, for a span's status
         # What Redis should hold of this branch now: the (events, messages) lines the branch
         # holds in memory, less the backlog (BranchHistory sets it).
         self.in_redis: Callable[[], tuple[list[str], list[str]]] | None = None
@@ -203,6 +204,7 @@ class DurableLog:
                     await wait_for_replicas(client, replica_acks_of(client))
                 except (RedisError, OSError) as exc:
                     self.last_error = f"{type(exc).__name__}: {exc}"
+                    self.last_error_type = type(exc).__qualname__
                     if broker_unreachable(exc):
                         # Said once per outage, with a summary every few seconds.
                         outage_log(client).failing(
@@ -220,7 +222,7 @@ class DurableLog:
                 self._backlog.pop(0)
             if self.last_error is not None:
                 outage_log(client).answering(f"history {self.branch_id}")
-            self.last_error = None
+            self.last_error = self.last_error_type = None
             return None
 
     async def drain(

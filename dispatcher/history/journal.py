@@ -33,7 +33,7 @@ from toolfleet.dispatcher.accept.envelope import Envelope
 from toolfleet.dispatcher.fleet import Fleet
 from toolfleet.dispatcher.govern.session_signals import HistoryWriteFailed, Signal
 from toolfleet.dispatcher.history.durable import DurableLog
-from toolfleet.schemas.errors import MalformedRequestError
+from toolfleet.schemas.errors import InternalError, MalformedRequestError
 from toolfleet.schemas.keys import Keys
 from toolfleet.schemas.record import bounded_arguments, shown_arguments
 from toolfleet.workers.registry import Registry
@@ -212,7 +212,7 @@ class JournalOpening:
 
     def _unsent(self) -> JournalEntry:
         if self.entry is None:
-            raise RuntimeError(f"batch {self.batch_id}: its journal was already settled")
+            raise InternalError(f"batch {self.batch_id}: its journal was already settled")
         return self.entry
 
     def settle(self, error: BaseException | None) -> None:

@@ -78,7 +78,8 @@ class HistoryRecorder:
                 progress=progress,
             )
             if failure_text is not None and span is not None:
-                tracing.set_call_status(span, EventStatus.FAILED, error=failure_text)
+                error_type = self.history.durable.last_error_type
+                tracing.set_call_status(span, EventStatus.FAILED, error_type=error_type)
         if failure_text is not None:
             unwritten = self.history.durable.unwritten
             self.signal(

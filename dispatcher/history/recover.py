@@ -42,7 +42,12 @@ from toolfleet.dispatcher.watch.cancel import settle_calls
 from toolfleet.dispatcher.watch.whereabouts import NowhereTwice, Place, locate
 from toolfleet.schemas.action import ActionResponseModel
 from toolfleet.schemas.error_info import ErrorInfo
-from toolfleet.schemas.errors import ApprovalDeniedError, DispatcherLostError, ToolTimeoutError
+from toolfleet.schemas.errors import (
+    ApprovalDeniedError,
+    BrokerError,
+    DispatcherLostError,
+    ToolTimeoutError,
+)
 from toolfleet.schemas.record import EventRecord
 from toolfleet.schemas.serialize import format_error
 from toolfleet.schemas.status import EventStatus
@@ -104,7 +109,7 @@ async def recover_branch(
                 fleet.redis, fleet.keys, fleet.settings.record_ttl_s, fleet.settings.outage_limit_s
             )
         if error is not None:
-            raise ConnectionError(f"batch {batch_id}: recovered units not written: {error}")
+            raise BrokerError(f"batch {batch_id}: recovered units not written: {error}")
         await close_journal(fleet.redis, fleet.keys, batch_id)
         report.batches.append(batch_id)
         report.written += len(units)

@@ -1,7 +1,7 @@
-"""Publishing calls in batches: several calls per ``toolfleet.execute_many`` message.
+"""Publishing calls in bundles: several calls per ``toolfleet.execute_many`` message.
 
-The dispatcher's half of opt-in batching; :mod:`toolfleet.workers.bundle` is the
-worker's. Flower shows one task per batch, named ``batch:<function>:<n>``, its args listing the
+The dispatcher's half of opt-in bundling; :mod:`toolfleet.workers.bundle` is the
+worker's. Flower shows one task per bundle, named ``bundle:<function>:<n>``, its args listing the
 call ids (never the arguments).
 """
 
@@ -26,15 +26,15 @@ from toolfleet.workers.app_info import settings_of
 
 __all__ = ["DEFAULT_BUNDLE_SIZE", "bundle_task_id", "publish_bundles", "publishing"]
 
-# Large enough to amortize one Celery message over many echoes, small enough that a batch
+# Large enough to amortize one Celery message over many echoes, small enough that a bundle
 # of a slow tool does not hold a whole worker for long, and that a lost worker re-runs little.
 DEFAULT_BUNDLE_SIZE = 100
-# Flower shows at most this many call ids in a batch task's args.
+# Flower shows at most this many call ids in a bundle task's args.
 _ARGSREPR_MAX_IDS = 20
 
 
 def bundle_task_id() -> str:
-    return f"batch-{uuid.uuid4()}"
+    return f"bundle-{uuid.uuid4()}"
 
 
 def publish_bundles(
@@ -42,7 +42,7 @@ def publish_bundles(
 ) -> list[str]:
     """Enqueue ``calls`` as ``toolfleet.execute_many`` messages of up to ``bundle_size`` calls.
 
-    Calls are grouped by queue (sync / async) in input order. Returns the batch task ids.
+    Calls are grouped by queue (sync / async) in input order. Returns the bundle task ids.
     Raises BrokerError naming the broker when it cannot be reached.
     """
     if bundle_size < 1:
@@ -56,7 +56,7 @@ def publish_bundles(
         queue = settings.queue_for(tool.kind)
         by_queue.setdefault(queue, []).append((message, tool))
     task_ids = []
-    with publishing(app, "batched calls") as producer:
+    with publishing(app, "bundled calls") as producer:
         for queue, queued in by_queue.items():
             for start in range(0, len(queued), bundle_size):
                 chunk = queued[start : start + bundle_size]

@@ -7,9 +7,9 @@ where a call is (:mod:`toolfleet.dispatcher.watch.whereabouts`), to count what w
 reserved (``toolfleet status``) and to drop the reservations an interrupted embedded fleet left
 behind. What kombu's API does tell (a queue's depth: a passive ``queue_declare``; dropping the
 queued messages: ``app.control.purge``) is asked through it, not here.
-``tests/test_kombu_internals.py`` checks every key name and payload shape here against the installed
-kombu, through a real publish to a real Redis, and fails naming what changed; when it fails, fix
-this module, nowhere else. The workers' and Flower's counterparts are
+``tests/integration/test_kombu_internals.py`` checks every key name and payload shape here
+against the installed kombu, through a real publish to a real Redis, and fails naming what
+changed; when it fails, fix this module, nowhere else. The workers' and Flower's counterparts are
 :mod:`toolfleet.workers.celery_internals` and :mod:`toolfleet.cli.flower_internals`.
 
 The layout, as kombu 5.7.0's ``kombu.transport.redis.Channel`` keeps it (no ``global_keyprefix``
@@ -45,6 +45,8 @@ from kombu.serialization import dumps as kombu_serialize
 from kombu.utils.json import dumps as kombu_json
 from kombu.utils.uuid import uuid as delivery_tag
 from redis.asyncio.client import Pipeline
+
+from toolfleet.schemas.errors import ConfigurationError
 
 __all__ = [
     "KOMBU_WRITTEN_AGAINST",
@@ -110,7 +112,7 @@ def split_queued_and_reserved(
     per_queue = len(PRIORITY_STEPS)
     expected = len(queues) * per_queue + 1
     if len(replies) != expected:
-        raise ValueError(
+        raise ConfigurationError(
             f"expected {expected} replies for {len(queues)} queues, got {len(replies)}: pass "
             "exactly the replies of read_queued_and_reserved for the same queues"
         )

@@ -19,6 +19,7 @@ from toolfleet.dispatcher.history.durable import DurableLog
 from toolfleet.dispatcher.watch.broker_watch import BrokerWatch
 from toolfleet.dispatcher.watch.collector import Collector, connect
 from toolfleet.dispatcher.watch.reconciler import Reconciler
+from toolfleet.schemas.errors import InternalError
 from toolfleet.schemas.keys import Keys
 from toolfleet.schemas.redis_url import (
     async_client,
@@ -121,7 +122,7 @@ def _advance_to_yield(agen: AsyncGenerator[None, None]) -> None:
         step.send(None)
     except StopIteration:
         return
-    raise RuntimeError("the loop-end sentinel awaited before its first yield")
+    raise InternalError("the loop-end sentinel awaited before its first yield")
 
 
 async def _at_loop_end(

@@ -31,8 +31,8 @@ def raise_if_cancelled() -> None:
 
     ``cancel_and_wait`` re-cancels, but ``asyncio.run`` cancels a loop's leftover tasks only
     once: a loop that caught its cancel as a redis-py error and went on kept ``asyncio.run``
-    from returning (tests/test_sync_api.py hung on it in CI). ``Task.cancelling()`` stays set
-    however the cancel was caught.
+    from returning (tests/integration/test_sync_api.py hung on it in CI).
+    ``Task.cancelling()`` stays set however the cancel was caught.
     """
     task = asyncio.current_task()
     if task is not None and task.cancelling():

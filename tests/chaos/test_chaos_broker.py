@@ -105,7 +105,7 @@ def test_broker_crashes_and_restarts_mid_batch_lose_and_repeat_nothing(
             await asyncio.sleep(1.0)  # down for a moment: connections fail, then come back
             await asyncio.to_thread(broker.start)
 
-    params = CallParams(max_concurrent=40)
+    params = CallParams(max_in_flight=40)
     _run(broker, ledger, n, "broker-restart-x2", crash, limit_s=150, call_params=params)
     # Every worker rode out both restarts (none exited, as kombu once made them).
     assert all(worker.process.poll() is None for worker in fleet), [w.log()[-2000:] for w in fleet]

@@ -122,7 +122,7 @@ def _act_through_a_crash(
         requests,
         _kill_at_a_third(broker, ledger, before_restart),
         limit_s=LIMIT_S,
-        call_params=CallParams(max_concurrent=60),
+        call_params=CallParams(max_in_flight=60),
     )
     return requests, results, stored, elapsed_s
 

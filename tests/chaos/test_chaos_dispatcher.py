@@ -68,7 +68,7 @@ def test_a_sigkilled_dispatchers_batch_is_completed_by_toolfleet_recover(
     env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLFLEET_")}
     env["PYTHONPATH"] = str(REPO_ROOT)
     sigkill_child_when(
-        act_argv(broker.url, branch_id, ("tests.support.chaos_tools",), requests, max_concurrent=6),
+        act_argv(broker.url, branch_id, ("tests.support.chaos_tools",), requests, max_in_flight=6),
         env,
         lambda: ledger.count("E") >= n // 4,
         timeout_s=90,

@@ -27,7 +27,7 @@ import pytest
 from tests.support.chaos_support import broker_fixture, sigkill_child_when
 from tests.support.fleet import REPO_ROOT, WorkerProcess, call, start_worker
 from tests.support.redis_server import PrivateRedis
-from tests.support.waiting import until
+from tests.support.waiting import until, until_async
 from toolfleet.cli.admin import orphaned_batches
 from toolfleet.dispatcher import Branch, CallProgress, Fleet
 from toolfleet.schemas.action import ActionResponseModel
@@ -66,9 +66,12 @@ def test_a_worker_sigkilled_mid_progress_leaves_no_stuck_state(
             branch.on_progress(received.append)
             started = time.monotonic()
             act = asyncio.ensure_future(branch.act(requests))
-            while len({p.call_id for p in received}) < 2:  # both running, both reporting
-                assert time.monotonic() - started < 30, "no progress from both calls"
-                await asyncio.sleep(0.05)
+            await until_async(
+                lambda: len({p.call_id for p in received}) == 2,
+                timeout_s=30,
+                what="both calls running and reporting progress",
+                while_running=act,
+            )
             workers[0].kill()  # the worker and its prefork children, mid-report
             workers.append(await asyncio.to_thread(_worker, broker))
             results = await asyncio.wait_for(act, LIMIT_S)
@@ -134,7 +137,11 @@ def test_a_restarted_dispatcher_drops_progress_of_calls_it_does_not_know(
     dead_list = Path(f"{marker}.key").read_text()
     with broker.client() as client:
         # The worker goes on pushing reports onto the dead dispatcher's list, which expires.
-        time.sleep(1.0)
+        until(
+            lambda: client.llen(dead_list) >= 3,
+            timeout_s=30,
+            what="the worker to push reports onto the dead dispatcher's reply list",
+        )
         stale: list[bytes] = client.lrange(dead_list, 0, -1)
         assert stale and all(is_progress(raw) for raw in stale)
         assert 0 < client.ttl(dead_list) <= Settings().record_ttl_s

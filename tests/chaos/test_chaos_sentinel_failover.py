@@ -129,7 +129,7 @@ def test_a_sentinel_failover_mid_batch_loses_and_repeats_nothing(
         requests,
         kill_the_primary,
         limit_s=LIMIT_S,
-        call_params=CallParams(max_concurrent=120),
+        call_params=CallParams(max_in_flight=120),
     )
     verdict = judge(requests, results, stored, ledger, allowed_failures=())
     print(json.dumps({"chaos": "sentinel-failover", "elapsed_s": round(elapsed_s, 1),

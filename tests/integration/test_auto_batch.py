@@ -63,7 +63,7 @@ def test_auto_batches_a_flood_of_one_tool(fleet_settings: Settings) -> None:
     async def scenario(fleet: Fleet) -> tuple[Branch, list[Any], list[tuple[int, int | None]]]:
         seen = _observe(fleet)
         branch = Branch(fleet=fleet)
-        params = CallParams(bundle_size="auto", max_concurrent=n)
+        params = CallParams(bundle_size="auto", max_in_flight=n)
         results = await branch.act([call("echo", value=i) for i in range(n)], call_params=params)
         return branch, results, seen
 

@@ -57,7 +57,7 @@ def test_cancelling_act_revokes_queued_cancels_running_and_records_every_call(
                 lambda p: pre_ids.setdefault(p["tool_name"], []).append(p["call_id"]),
             )
             task = asyncio.ensure_future(
-                branch.act(requests, call_params=CallParams(max_concurrent=4))
+                branch.act(requests, call_params=CallParams(max_in_flight=4))
             )
 
             def settled() -> bool:
@@ -210,7 +210,7 @@ def test_a_cancellation_class_exception_from_a_hook_stops_and_records_the_siblin
 
             branch.hooks.on(HookPoint.TOOL_PRE, pre)
             with pytest.raises(Abort):
-                await branch.act(requests, call_params=CallParams(max_concurrent=2))
+                await branch.act(requests, call_params=CallParams(max_in_flight=2))
             return branch
 
     branch = asyncio.run(asyncio.wait_for(scenario(), 30))

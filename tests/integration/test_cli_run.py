@@ -83,13 +83,22 @@ def _check_mixed_results(records: list[dict[str, object]]) -> None:
     assert by_line[1]["outcome"] == "done" and by_line[1]["output"] == 3
     assert by_line[2]["outcome"] == "failed" and by_line[2]["status"] == "failed"
     assert by_line[2]["error"] == "ValueError: disk on fire"
+    assert by_line[2]["error_info"] == {
+        "type": "ValueError",
+        "module": "builtins",
+        "message": "disk on fire",
+        "fields": {},
+    }
+    assert by_line[1]["error_info"] is None
     assert by_line[3]["outcome"] == "malformed"
+    assert by_line[3]["error_info"]["type"] == "MalformedRequestError"  # type: ignore[index]
     assert "line 3" in str(by_line[3]["error"])
     # C2: a successful None is a result, not a dropped line.
     assert by_line[5]["outcome"] == "done" and by_line[5]["output"] is None
     assert by_line[6]["outcome"] == "done" and by_line[6]["output"] == 0.05
     assert by_line[7]["outcome"] == "malformed" and "line 7" in str(by_line[7]["error"])
     assert by_line[8]["outcome"] == "failed" and "no_such_tool" in str(by_line[8]["error"])
+    assert by_line[8]["error_info"]["type"] == "UnknownToolError"  # type: ignore[index]
     assert len({r["branch_id"] for r in records}) == 1
     for line in (1, 2, 5, 6):
         assert by_line[line]["call_id"]

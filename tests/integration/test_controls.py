@@ -21,10 +21,16 @@ import redis
 
 from tests.support.fleet import call, collect_replies, private_workers, run
 from tests.support.overlap import most_at_once as peak_of
-from toolfleet import NoCurrentCallError, RateLimitedError, current_call
+from tests.support.waiting import until, until_async
+from toolfleet import NoCurrentCallError, RateLimitedError, current_call, rebuild_error
 from toolfleet.dispatcher import Branch, Fleet
 from toolfleet.dispatcher.accept.context import call_id_for
 from toolfleet.dispatcher.send.enqueue import publish_calls
+from toolfleet.dispatcher.send.kombu_internals import (
+    read_queued_and_reserved,
+    split_queued_and_reserved,
+)
+from toolfleet.dispatcher.watch.whereabouts import call_ids_of
 from toolfleet.schemas.action import ActionResponseModel, CallParams
 from toolfleet.schemas.keys import Keys
 from toolfleet.schemas.liveness import StartedMarker
@@ -144,17 +150,34 @@ def test_the_wait_for_a_limit_does_not_eat_a_sync_tools_timeout(
     assert (late.error or "").startswith("ToolTimeoutError: "), late.error
 
 
+def held_by_a_worker(settings: Settings, client: redis.Redis, call_id: str) -> bool:
+    """Whether ``call_id``'s message is still queued or reserved (kombu's unacked hash): a
+    worker acks a call's message only once it is done with it (task_acks_late)."""
+    queues = [settings.sync_queue, settings.async_queue]
+    with client.pipeline(transaction=True) as pipe:
+        read_queued_and_reserved(pipe, queues)
+        waiting, reserved = split_queued_and_reserved(pipe.execute(), queues)
+    messages = [*reserved, *(m for queued in waiting.values() for m in queued)]
+    return any(call_id in call_ids_of(raw) for raw in messages)
+
+
 def test_a_call_stopped_while_it_waits_for_a_slot_never_runs(
-    controls: Settings, tmp_path: Path
+    controls: Settings, redis_client: redis.Redis, tmp_path: Path
 ) -> None:
     side = tmp_path / "side"
     busy = [call("capped_sync", side=str(side), token=i, seconds=1.5) for i in range(2)]
     late = [call("capped_sync", side=str(side), token=2, seconds=0.1)]
+    slots = Keys(controls.key_prefix).slots("capped_sync", "*")
 
     async def scenario(fleet: Fleet) -> list[list[ActionResponseModel]]:
         branch = Branch(fleet=fleet)
         first = asyncio.ensure_future(branch.act(busy))
-        await asyncio.sleep(0.3)  # both slots taken
+        await until_async(
+            lambda: redis_client.zcard(slots) == 2,
+            timeout_s=20,
+            what="both capped_sync slots to be taken",
+            while_running=first,
+        )
         # Its timeout_s passes while it waits: the dispatcher records it FAILED and revokes it.
         stopped = await Branch(fleet=fleet).act(late, call_params=CallParams(timeout_s=0.3))
         return [await first, stopped]
@@ -163,7 +186,15 @@ def test_a_call_stopped_while_it_waits_for_a_slot_never_runs(
     completed(ran)
     assert stopped.status is EventStatus.FAILED
     assert (stopped.error or "").startswith("ToolTimeoutError: "), stopped.error
-    time.sleep(1.5)  # past the slot it waited for
+    # Its message leaves Redis once a worker is done with it (after the slot it waited for),
+    # seen so at two looks, not in the instant kombu moves a message from queue to unacked.
+    looks: list[bool] = []
+
+    def let_go() -> bool:
+        looks.append(not held_by_a_worker(controls, redis_client, stopped.call_id or ""))
+        return looks[-2:] == [True, True]
+
+    until(let_go, timeout_s=30, interval_s=0.1, what="the worker to let go of the stopped call")
     assert {token for _, token, _, _ in side_lines(side)} == {0, 1}  # the late call never ran
 
 
@@ -205,9 +236,13 @@ def test_a_call_past_its_limit_wait_fails_rate_limited_with_retry_after(
             f"RateLimitedError: call of tool 'rated_slowly' not run: rate limit 1/h for "
             f"tenant '{tenant}' reached"
         ), error
-        # The model reads the same sentence, and the error rebuilt from it knows when to retry.
+        # The model reads the same sentence, and the error rebuilt from the result's
+        # structure knows when to retry.
         assert result.to_openai()["content"] == error
-        retry_after_s = RateLimitedError(error.split(": ", 1)[1]).retry_after_s
+        assert result.error_info is not None
+        rebuilt = rebuild_error(result.error_info)
+        assert isinstance(rebuilt, RateLimitedError), rebuilt
+        retry_after_s = rebuilt.retry_after_s
         assert retry_after_s is not None and 3500 < retry_after_s <= 3600, error
 
     # A concurrency cap: a third call finds both slots taken for longer than it may wait.

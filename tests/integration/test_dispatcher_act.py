@@ -175,6 +175,7 @@ def test_failed_calls_get_a_linked_error_response_c1(fleet_settings: Settings) -
     assert branch.events[0].execution["error"] == {
         "error": "ValueError",
         "message": "sync broke",
+        "module": "builtins",
     }
     # A captured failure is a returned event: TOOL_POST, with its status.
     assert [p["status"] for p in hooks.seen[HookPoint.TOOL_POST]] == [

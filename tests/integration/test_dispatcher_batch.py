@@ -80,7 +80,7 @@ def test_sequential_stops_at_an_unsuppressed_failure(fleet_settings: Settings) -
     assert [m.function for m in branch.messages if isinstance(m, ActionRequest)] == ["echo", "nope"]
 
 
-def test_in_flight_window_defaults_to_settings_and_follows_max_concurrent_c8(
+def test_in_flight_window_defaults_to_settings_and_follows_max_in_flight_c8(
     fleet_settings: Settings,
 ) -> None:
     narrow = fleet_settings.model_copy(update={"max_in_flight": 2})
@@ -94,9 +94,9 @@ def test_in_flight_window_defaults_to_settings_and_follows_max_concurrent_c8(
 
     by_default = run(narrow, lambda f: scenario(f, None))
     assert max_overlap(by_default.events) <= 2
-    wider = run(narrow, lambda f: scenario(f, CallParams(max_concurrent=6)))
+    wider = run(narrow, lambda f: scenario(f, CallParams(max_in_flight=6)))
     assert max_overlap(wider.events) >= 3  # the async pool runs them together
-    one = run(fleet_settings, lambda f: scenario(f, CallParams(max_concurrent=1)))
+    one = run(fleet_settings, lambda f: scenario(f, CallParams(max_in_flight=1)))
     assert max_overlap(one.events) == 1
 
 
@@ -294,7 +294,7 @@ def test_batch_size_sends_several_calls_per_message_each_with_its_own_response(
     async def scenario(fleet: Fleet) -> tuple[Branch, list[ActionResponseModel]]:
         branch = Branch(fleet=fleet)
         act = asyncio.ensure_future(
-            branch.act(requests, call_params=CallParams(bundle_size=10, max_concurrent=100))
+            branch.act(requests, call_params=CallParams(bundle_size=10, max_in_flight=100))
         )
         # No worker serves this queue yet: the messages wait there to be counted.
         client = fleet.redis

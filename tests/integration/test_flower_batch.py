@@ -46,7 +46,7 @@ def test_each_call_of_a_batch_message_is_its_own_flower_task(
         async with Fleet(fleet_settings) as fleet:
             branch = Branch(fleet=fleet)
             requests = [{"function": f, "arguments": a} for f, a, _ in REQUESTS]
-            params = CallParams(bundle_size=len(REQUESTS), max_concurrent=len(REQUESTS))
+            params = CallParams(bundle_size=len(REQUESTS), max_in_flight=len(REQUESTS))
             return await asyncio.wait_for(branch.act(requests, call_params=params), 60)
 
     results = asyncio.run(act())

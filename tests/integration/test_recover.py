@@ -25,7 +25,9 @@ from tests.support.chaos_support import sigkill_child_when
 from tests.support.fleet import REPO_ROOT, WorkerProcess, run
 from toolfleet.cli.admin import orphaned_batches
 from toolfleet.dispatcher import Branch, Fleet
+from toolfleet.dispatcher.accept.context import call_id_for
 from toolfleet.dispatcher.history.recover import recover_branch
+from toolfleet.schemas.error_info import ErrorInfo
 from toolfleet.schemas.keys import Keys
 from toolfleet.schemas.messages import ActionRequest, ActionResponse
 from toolfleet.schemas.settings import Settings
@@ -43,7 +45,7 @@ _CHILD = textwrap.dedent(
         fleet = Fleet(Settings(broker_url=sys.argv[1], tools=("tests.support.sample_tools",)))
         branch = Branch(fleet=fleet, id=sys.argv[2])
         calls = [{"function": "sleep_async", "arguments": {"seconds": 0.4}}] * int(sys.argv[3])
-        await branch.act(calls, call_params=CallParams(max_concurrent=4))
+        await branch.act(calls, call_params=CallParams(max_in_flight=4))
 
     asyncio.run(main())
     """
@@ -125,3 +127,57 @@ def test_toolfleet_recover_says_when_a_branch_has_no_open_batch(redis_url: str) 
     assert done.returncode == 1, done.stderr
     assert json.loads(done.stdout)["written"] == 0
     assert f"no open batch for branch {branch_id!r}" in done.stderr
+
+
+_STRAGGLER_CHILD = textwrap.dedent(
+    """
+    import asyncio, sys
+    from toolfleet.dispatcher import Branch, Fleet
+    from toolfleet.schemas.settings import Settings
+
+    async def main() -> None:
+        fleet = Fleet(Settings(broker_url=sys.argv[1], tools=("tests.support.sample_tools",)))
+        branch = Branch(fleet=fleet, id=sys.argv[2])
+        call = {"id": "straggler", "function": "sleep_async", "arguments": {"seconds": 30}}
+        await branch.act([call])
+
+    asyncio.run(main())
+    """
+)
+
+
+def test_recover_records_a_straggler_as_the_live_path_does(
+    fleet_settings: Settings,
+    redis_url: str,
+    async_worker: WorkerProcess,
+    redis_client: redis.Redis,
+) -> None:
+    """A call still running when recover stops waiting ends FAILED ToolTimeoutError (with
+    timeout_s: the wait), the error a live dispatcher records for a straggler."""
+    keys = Keys(fleet_settings.key_prefix)
+    branch_id = str(uuid.uuid4())
+    call_id = call_id_for(branch_id, "straggler")
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    sigkill_child_when(
+        ["-c", _STRAGGLER_CHILD, redis_url, branch_id],
+        env,
+        lambda: redis_client.exists(keys.started(call_id)),
+        timeout_s=60,
+        what="the child dispatcher's call to start on a worker",
+    )
+    for key in redis_client.scan_iter(match=keys.dispatcher("*")):
+        redis_client.delete(key)  # as if the dead child's heartbeat had run out
+
+    async def recover(fleet: Fleet) -> Branch:
+        await recover_branch(branch_id, fleet, wait_s=1.0)
+        return await Branch.load(branch_id, fleet=fleet)
+
+    branch = run(fleet_settings.model_copy(update={"reconcile_grace_s": 1.0}), recover)
+    (event,) = [e for e in branch.events if e.call_id == call_id]
+    assert event.status.value == "failed"
+    info = ErrorInfo.from_record(event.execution["error"])
+    assert info is not None and (info.type, info.module) == (
+        "ToolTimeoutError",
+        "toolfleet.schemas.errors",
+    )
+    assert info.fields == {"timeout_s": 1.0}

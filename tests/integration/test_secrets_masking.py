@@ -217,6 +217,18 @@ def _take_a_monitor_lease(url: str, worker: WorkerProcess) -> None:
         app.close()
 
 
+def _running_calls(url: str) -> int:
+    """Calls a worker has started (its C7 marker is in Redis) and not finished (no record)."""
+    keys = Keys(Settings.from_env(broker_url=url).key_prefix)
+    client = redis.Redis.from_url(url)
+    try:
+        started = [k.decode() for k in client.scan_iter(match=keys.started("*"))]
+        call_ids = [key.removeprefix(keys.started("")) for key in started]
+        return sum(not client.exists(keys.event(call_id)) for call_id in call_ids)
+    finally:
+        client.close()
+
+
 async def _kill_mid_batch(
     url: str, server: PrivateRedis, monitored: bool
 ) -> tuple[Branch, list[ActionResponseModel]]:
@@ -232,14 +244,19 @@ async def _kill_mid_batch(
         requests: list[dict[str, Any]] = [call("echo", value=i) for i in range(2)]
         requests += [call("sleep_sync", seconds=3.0) for _ in range(2)]
         requests += [call("echo", value=i) for i in range(2, 6)]
-        task = asyncio.ensure_future(branch.act(requests, call_params=CallParams(max_concurrent=2)))
+        task = asyncio.ensure_future(branch.act(requests, call_params=CallParams(max_in_flight=2)))
         await until_async(
             lambda: len(branch.messages) >= 4,  # the echoes' pairs: the slow calls are out
             timeout_s=30,
             what="the first two echoes to complete",
             while_running=task,
         )
-        await asyncio.sleep(0.5)  # the slow calls start on the worker
+        await until_async(
+            lambda: _running_calls(url) == 2,
+            timeout_s=30,
+            what="the two slow calls to start on the worker",
+            while_running=task,
+        )
         await asyncio.to_thread(server.kill)
         return branch, await task
     finally:

@@ -136,6 +136,7 @@ def _received(span: ReadableSpan) -> ReceivedSpan:
         parent_span_id=f"{parent.span_id:016x}" if parent is not None else None,
         status=span.status.status_code.name,
         attributes=dict(span.attributes or {}),
+        description=span.status.description or "",
     )
 
 
@@ -183,6 +184,8 @@ def test_one_trace_from_act_through_the_workers_to_the_history_write(
             "sync-" if result.function != "sleep_async" else "async-"
         )
     assert calls[str(results[2].call_id)].status == "ERROR"
+    # The error's type, from the result's structure (never its message: it may quote values).
+    assert calls[str(results[2].call_id)].description == "ValueError"
     assert calls[str(results[0].call_id)].status == "OK"
     writes = [s for s in local if s.name == "toolfleet.history.write"]
     assert writes and all(w.parent_span_id == act.span_id for w in writes)

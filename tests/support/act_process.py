@@ -22,11 +22,11 @@ def act_argv(
     tools: Sequence[str],
     requests: list[dict[str, Any]],
     *,
-    max_concurrent: int | None = None,
+    max_in_flight: int | None = None,
 ) -> list[str]:
     """The interpreter arguments that run this module's dispatcher on ``requests``."""
     argv = ["-m", __name__, url, branch_id, ",".join(tools), json.dumps(requests)]
-    return [*argv, str(max_concurrent)] if max_concurrent is not None else argv
+    return [*argv, str(max_in_flight)] if max_in_flight is not None else argv
 
 
 async def _main(argv: Sequence[str]) -> None:
@@ -35,7 +35,7 @@ async def _main(argv: Sequence[str]) -> None:
     from toolfleet.schemas.settings import Settings
 
     url, branch_id, tools, requests = argv[0], argv[1], argv[2], json.loads(argv[3])
-    params = CallParams(max_concurrent=int(argv[4])) if len(argv) > 4 else None
+    params = CallParams(max_in_flight=int(argv[4])) if len(argv) > 4 else None
     fleet = Fleet(Settings(broker_url=url, tools=tuple(tools.split(","))))
     await Branch(fleet=fleet, id=branch_id).act(requests, call_params=params)
 

@@ -38,6 +38,8 @@ class ReceivedSpan:
     end_ns: int = 0
     # (name, attributes) of each span event, e.g. ("exception", {"exception.type": ...}).
     events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    # The status's description: an ERROR span's error type (ErrorInfo.type).
+    description: str = ""
 
 
 class OtlpCollector:

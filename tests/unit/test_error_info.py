@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import ast
 import sys
 import types
+from pathlib import Path
 
 import pytest
 
+import toolfleet.schemas.errors as errors_module
 from toolfleet import (
     ActionResponseModel,
     ArgumentValidationError,
@@ -149,3 +152,33 @@ def test_a_result_with_error_info_still_shares_its_field_names() -> None:
     assert first.model_fields_set is second.model_fields_set
     assert first.error_info == info and second.error_info is None
     assert ActionResponseModel(function="f").model_fields_set == {"function"}
+
+
+def _package_sources() -> list[Path]:
+    root = Path(__file__).resolve().parents[2]
+    folders = [root / "schemas", root / "dispatcher", root / "workers", root / "toolfleet"]
+    return [
+        path
+        for folder in folders
+        for path in sorted(folder.rglob("*.py"))
+        if not path.is_symlink() and not any(p.is_symlink() for p in path.parents)
+    ]
+
+
+def test_no_code_splits_an_error_text_back_into_type_and_message() -> None:
+    """Readers use ErrorInfo: nothing in the package splits "Type: message" text, and no
+    error class reads a field back out of its message."""
+    offenders = []
+    for path in _package_sources():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in {"split", "rsplit", "partition", "rpartition", "index"}
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+                and node.args[0].value == ": "
+            ):
+                offenders.append(f"{path.name}:{node.lineno}")
+    assert offenders == []
+    assert "re.compile" not in (Path(errors_module.__file__ or "").read_text())

@@ -11,7 +11,7 @@ import pytest
 import redis
 from pydantic import ValidationError
 
-from toolfleet import RateLimitedError, ToolfleetError
+from toolfleet import ErrorInfo, RateLimitedError, ToolfleetError, rebuild_error
 from toolfleet.schemas.action import CallParams
 from toolfleet.schemas.limits import DEFAULT_LIMIT_WAIT_S, RateLimit, limit_fields, limit_scope
 from toolfleet.schemas.tool import Tool
@@ -98,12 +98,14 @@ def test_a_scope_is_the_tool_an_argument_the_branch_or_the_session() -> None:
     assert long.value.startswith("tenant=sha256:") and len(long.shown) < 80
 
 
-def test_rate_limited_error_reads_retry_after_back_from_its_message() -> None:
-    error = RateLimitedError("rate limit 20/s for tenant 'acme' reached; retry after 0.4 s")
+def test_rate_limited_error_carries_retry_after_as_data_never_read_from_its_text() -> None:
+    text = "rate limit 20/s for tenant 'acme' reached; retry after 0.4 s"
+    error = RateLimitedError(text, retry_after_s=0.4)
     assert isinstance(error, ToolfleetError)
-    assert error.retry_after_s == 0.4
-    assert RateLimitedError("x", retry_after_s=2.0).retry_after_s == 2.0
-    assert RateLimitedError("no hint").retry_after_s is None
+    assert ErrorInfo.of(error).fields == {"retry_after_s": 0.4}
+    rebuilt = rebuild_error(ErrorInfo.of(error))
+    assert isinstance(rebuilt, RateLimitedError) and rebuilt.retry_after_s == 0.4
+    assert RateLimitedError(text).retry_after_s is None  # the text is for reading only
 
 
 def test_limit_wait_defaults_to_30_s_and_travels_only_when_set() -> None:

@@ -6,6 +6,7 @@ import asyncio
 import dataclasses
 import json
 import uuid
+import warnings
 
 import pytest
 from pydantic import ValidationError
@@ -175,7 +176,7 @@ def test_call_params_defaults() -> None:
     assert params.return_exceptions is False
     assert params.output_dropna is True
     assert params.timeout_s is None
-    assert params.max_concurrent is None
+    assert params.max_in_flight is None
 
 
 @pytest.mark.parametrize(
@@ -185,10 +186,25 @@ def test_call_params_defaults() -> None:
         ("retry_backoff", 0.5),
         ("timeout_s", 0),
         ("throttle_period_s", -1),
-        ("max_concurrent", 0),
+        ("max_in_flight", 0),
         ("bogus", 1),
     ],
 )
 def test_call_params_rejects_bad_values(field: str, value: object) -> None:
     with pytest.raises(ValidationError, match=field):
         CallParams.model_validate({field: value})
+
+
+def test_max_concurrent_is_the_in_flight_windows_old_name_still_accepted() -> None:
+    """One name for the window (C8), Settings.max_in_flight's; ADR-0012 D4's name, max_concurrent,
+    is an alias that works without a warning."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        params = CallParams(max_concurrent=8)
+        assert CallParams.model_validate({"max_concurrent": 3}).max_in_flight == 3
+    assert params.max_in_flight == 8 and params.max_concurrent == 8
+    with pytest.raises(ValidationError, match="max_in_flight"):
+        CallParams(max_concurrent=0)
+    with pytest.raises(ValidationError, match="name the same window"):
+        CallParams(max_concurrent=2, max_in_flight=4)
+    assert "max_concurrent" not in CallParams.model_fields

@@ -56,3 +56,28 @@ def test_the_pattern_catches_what_it_is_for() -> None:
     passed = ["for item in items", "an issue with it", "items in flight", "C7 and D1"]
     assert all(_TRACKER.search(text) for text in caught)
     assert not any(_TRACKER.search(text) for text in passed)
+
+
+# The modules of bundles (several calls per toolfleet.execute_many message): "batch" there
+# is the act() batch only (batch_id), never a bundle, and the task is named bundle:<fn>:<n>.
+_BUNDLE_MODULES = (
+    "workers/bundle.py",
+    "workers/bundle_store.py",
+    "workers/alarm.py",
+    "workers/call_events.py",
+    "dispatcher/send/bundles.py",
+)
+_BATCH_WORD = re.compile(r"\b[Bb]atch(?:es|ed|ing)?\b(?!_)")
+
+
+def test_bundle_modules_say_bundle_and_no_code_names_the_old_task() -> None:
+    said = [
+        f"{name}:{number}: {line.strip()}"
+        for name in _BUNDLE_MODULES
+        for number, line in enumerate((ROOT / name).read_text().splitlines(), 1)
+        if _BATCH_WORD.search(line)
+    ]
+    assert said == [], "a bundle is a bundle, not a batch:\n" + "\n".join(said)
+    old_task = "batch" + ":<"  # split, so this file does not match itself
+    named = [str(path.relative_to(ROOT)) for path in _files() if old_task in path.read_text()]
+    assert named == [], f"the bundle task is bundle:<function>:<n>, not batch:...: {named}"

@@ -65,6 +65,7 @@ from toolfleet.dispatcher.fleet import Fleet
 from toolfleet.dispatcher.govern.hooks import HookBus
 from toolfleet.dispatcher.govern.session import Session
 from toolfleet.schemas.action import ActionResponseModel, CallParams
+from toolfleet.schemas.errors import MalformedRequestError
 from toolfleet.schemas.tool import Tool
 
 __all__ = ["FleetToolNode"]
@@ -178,10 +179,10 @@ class FleetToolNode(ToolNode):
         else:
             messages, input_type = getattr(input, self._key, None) or [], "dict"
         if not messages:
-            raise ValueError("No message found in input")
+            raise MalformedRequestError("No message found in input")
         ai = next((m for m in reversed(messages) if isinstance(m, AIMessage)), None)
         if ai is None:
-            raise ValueError("No AIMessage found in input")
+            raise MalformedRequestError("No AIMessage found in input")
         return list(ai.tool_calls), input_type  # type: ignore[return-value]
 
     def _answer(

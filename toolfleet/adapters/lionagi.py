@@ -25,6 +25,7 @@ from toolfleet.dispatcher.govern.approvals import Escalate
 from toolfleet.dispatcher.govern.hooks import HookPoint
 from toolfleet.dispatcher.govern.session import Session
 from toolfleet.schemas.action import CallParams
+from toolfleet.schemas.error_info import rebuild_error
 from toolfleet.schemas.errors import ConfigurationError
 from toolfleet.schemas.messages import ActionRequest, ActionResponse, Message
 from toolfleet.schemas.status import EventStatus
@@ -39,7 +40,7 @@ _CALL_PARAMS = {
     "retry_initial_delay": "retry_initial_delay_s",
     "retry_backoff": "retry_backoff",
     "retry_timeout": "timeout_s",
-    "max_concurrent": "max_concurrent",
+    "max_concurrent": "max_in_flight",
     "throttle_period": "throttle_period_s",
 }
 
@@ -171,11 +172,13 @@ class FleetBridge:
 
     async def _tool_post(self, payload: dict[str, Any]) -> None:
         if payload.get("error") is not None:
-            # toolfleet's TOOL_POST follows every run; lionagi's TOOL_ERROR a failed one.
+            # toolfleet's TOOL_POST follows every run; lionagi's TOOL_ERROR a failed one,
+            # with the exception rebuilt from the call's structured error.
+            info = payload.get("error_info")
             await self._emit(
                 "TOOL_ERROR",
                 payload,
-                error=RuntimeError(payload["error"]),
+                error=rebuild_error(info) if info is not None else RuntimeError(payload["error"]),
                 duration=payload.get("duration"),
             )
             return
@@ -254,8 +257,8 @@ def _call_params(params: Any) -> CallParams:
         value = getattr(params, theirs, None) if params is not None else None
         if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
             values[ours] = value
-    if "max_concurrent" in values:
-        values["max_concurrent"] = int(values["max_concurrent"])
+    if "max_in_flight" in values:
+        values["max_in_flight"] = int(values["max_in_flight"])
     return CallParams(**values)
 
 

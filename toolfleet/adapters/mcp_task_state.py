@@ -39,6 +39,7 @@ __all__ = [
     "approval_request",
     "cancel_orphan",
     "iso",
+    "on_the_fleet",
     "task_view",
 ]
 
@@ -226,3 +227,40 @@ async def cancel_orphan(fleet: Fleet, record: TaskRecord) -> None:
         ),
         EventStatus.CANCELLED,
     )
+
+
+# A call's record with one of these statuses was written without the call being sent.
+_REFUSED_BEFORE_SENDING = frozenset({EventStatus.SKIPPED.value, EventStatus.ABORTED.value})
+
+
+async def on_the_fleet(fleet: Fleet, record: TaskRecord, *, past_pre_hooks: bool) -> bool:
+    """Whether the task's call is durably on the fleet: parked for approval, recorded by a
+    worker, or listed in its open batch's journal (``past_pre_hooks``: it passed its gate and
+    TOOL_PRE hooks in this process)."""
+    client, keys = fleet.redis, fleet.keys
+    call_id = record.call_id
+    async with client.pipeline(transaction=False) as pipe:
+        pipe.exists(keys.approval(call_id))
+        pipe.get(keys.event(call_id))
+        parked, event = await pipe.execute()
+    if parked:
+        return True
+    if event is not None:
+        # A call refused before it was sent (a gate's denial, a bad argument) has its record
+        # too, written a moment before its act() returns: it never reached the fleet.
+        status = CallResult.model_validate_json(event).execution.get("status")
+        return status not in _REFUSED_BEFORE_SENDING
+    if not past_pre_hooks:
+        # The batch journal is written before a refusal's record too: only a call that passed
+        # the gate and the TOOL_PRE hooks can be on the fleet by its journal.
+        return False
+    batches = await client.hgetall(keys.open_batches())
+    ours = [_str(b) for b, branch in batches.items() if _str(branch) == record.branch_id]
+    for raw in await client.mget([keys.batch(b) for b in ours]) if ours else []:
+        if raw is not None and call_id in _str(raw):  # the journal lists its call ids
+            return True
+    return False
+
+
+def _str(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

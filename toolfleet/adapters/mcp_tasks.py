@@ -17,6 +17,7 @@ import contextlib
 import logging
 import time
 import uuid
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -36,6 +37,7 @@ from toolfleet.adapters.mcp_task_state import (
     approval_key,
     cancel_orphan,
     iso,
+    on_the_fleet,
     task_view,
 )
 from toolfleet.adapters.mcp_task_store import CREATOR_BEAT_S, TaskRecord, TaskStore, owner_of
@@ -43,6 +45,7 @@ from toolfleet.dispatcher.accept.context import call_id_for
 from toolfleet.dispatcher.branch import Branch
 from toolfleet.dispatcher.fleet import Fleet
 from toolfleet.dispatcher.govern.approvals import expire, load_approval
+from toolfleet.dispatcher.govern.hooks import HookPoint
 from toolfleet.schemas.action import ActionResponseModel, CallParams
 from toolfleet.schemas.errors import ApprovalError
 from toolfleet.schemas.status import EventStatus
@@ -88,6 +91,10 @@ class FleetTasks:
         self._listener: asyncio.Task[None] | None = None
         # call ids whose act() this process cancelled for tasks/cancel.
         self._cancelled: set[str] = set()
+        # call ids being created that passed their gate and TOOL_PRE hooks, and the branches
+        # whose TOOL_PRE hooks note them (see _on_the_fleet).
+        self._past_pre_hooks: set[str] = set()
+        self._branches_marked: weakref.WeakSet[Branch] = weakref.WeakSet()
 
     def install(self, server: Server[Any]) -> None:
         """Advertise the extension and serve its methods on ``server``."""
@@ -122,6 +129,9 @@ class FleetTasks:
         """Start the call and answer with its task once the call is durably on the fleet; a
         call that ended before (a gate's denial) is answered as a plain result."""
         await self._listen_for_cancels()
+        if branch not in self._branches_marked:
+            branch.hooks.on(HookPoint.TOOL_PRE, self._mark_past_pre_hooks)
+            self._branches_marked.add(branch)
         tool_call_id = f"mcp-task-{uuid.uuid4().hex}"
         call_id = call_id_for(branch.id, tool_call_id)
         store = self.store
@@ -149,11 +159,16 @@ class FleetTasks:
         runner = asyncio.ensure_future(self._run_to_end(record, act))
         self._background.add(runner)
         runner.add_done_callback(self._background.discard)
-        if not await self._durable(record, act):
+        try:
+            durable = await self._durable(record, act)
+            refused = act.done() and not await self._on_the_fleet(record)
+        finally:
+            self._past_pre_hooks.discard(call_id)
+        if not durable:
             runner.cancel()
             await self.fleet.redis.delete(store.key(record.task_id))
             raise MCPError(code=-32603, message="the call could not be enqueued on the fleet")
-        if act.done() and not await self._on_the_fleet(record):
+        if refused:
             # Refused before it was enqueued (a gate's denial): nothing to wait for.
             (result,) = act.result()
             await self.fleet.redis.delete(store.key(record.task_id))
@@ -167,6 +182,9 @@ class FleetTasks:
             "ttlMs": record.ttl_ms,
             "pollIntervalMs": POLL_INTERVAL_MS,
         }
+
+    def _mark_past_pre_hooks(self, payload: dict[str, Any]) -> None:
+        self._past_pre_hooks.add(payload["call_id"])
 
     async def _durable(self, record: TaskRecord, act: asyncio.Future[Any]) -> bool:
         """Wait until the call is parked, published with its journal, or ended (bounded)."""
@@ -182,16 +200,9 @@ class FleetTasks:
         return False
 
     async def _on_the_fleet(self, record: TaskRecord) -> bool:
-        client, keys = self.fleet.redis, self.fleet.keys
-        call_id = record.call_id
-        if await client.exists(keys.approval(call_id), keys.event(call_id)):
-            return True
-        batches = await client.hgetall(keys.open_batches())
-        ours = [_text(b) for b, branch in batches.items() if _text(branch) == record.branch_id]
-        for raw in await client.mget([keys.batch(b) for b in ours]) if ours else []:
-            if raw is not None and call_id in _text(raw):  # the journal lists its call ids
-                return True
-        return False
+        return await on_the_fleet(
+            self.fleet, record, past_pre_hooks=record.call_id in self._past_pre_hooks
+        )
 
     async def _run_to_end(self, record: TaskRecord, act: asyncio.Future[Any]) -> None:
         """Await the act() and store the task's end as this process saw it."""

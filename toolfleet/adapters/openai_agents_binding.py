@@ -30,7 +30,7 @@ from toolfleet.dispatcher.branch import Branch
 from toolfleet.dispatcher.fleet import Fleet
 from toolfleet.schemas.action import ActionResponseModel, CallParams
 from toolfleet.schemas.error_info import rebuild_error
-from toolfleet.schemas.errors import ConfigurationError
+from toolfleet.schemas.errors import CallError, ConfigurationError
 from toolfleet.schemas.status import EventStatus
 
 try:
@@ -47,7 +47,7 @@ __all__ = ["BOUND", "SOURCE", "FleetBinding", "FleetToolError"]
 log = logging.getLogger(__name__)
 
 
-class FleetToolError(Exception):
+class FleetToolError(CallError):
     """A call that ended on the fleet without an error of its own (a gate's denial).
 
     A call that failed raises its own exception instead, rebuilt on this side

@@ -31,10 +31,10 @@ from toolfleet.schemas.errors import (
     ApprovalDeniedError,
     ArgumentValidationError,
     BrokerError,
+    CallError,
     CallLostError,
     DispatcherLostError,
     NoWorkerError,
-    ToolfleetError,
     ToolTimeoutError,
     WorkerLostError,
 )
@@ -46,7 +46,7 @@ __all__ = ["ToolfleetToolError", "answer"]
 _FLEET_FAILURES = (BrokerError, CallLostError, DispatcherLostError, NoWorkerError, WorkerLostError)
 
 
-class ToolfleetToolError(ToolfleetError, RuntimeError):
+class ToolfleetToolError(CallError, RuntimeError):
     """Raised when a fleet call ended without the tool's own outcome (lost, cancelled, the
     broker gone); ``result`` is the call's toolfleet result."""
 

@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from toolfleet.schemas.approval import ApprovalRequest
-from toolfleet.schemas.errors import ApprovalError
+from toolfleet.schemas.errors import ApprovalNotWaitingError
 
 __all__ = ["register"]
 
@@ -166,7 +166,7 @@ def _decide(args: argparse.Namespace) -> int:
 
     try:
         decided = _with_fleet(decide)
-    except ApprovalError as exc:
+    except ApprovalNotWaitingError as exc:
         print(f"toolfleet {args.decision}: {exc}", file=sys.stderr)
         return EXIT_NOT_WAITING
     except _Ambiguous as exc:

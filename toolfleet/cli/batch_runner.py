@@ -25,6 +25,8 @@ from toolfleet.dispatcher.fleet import Fleet
 from toolfleet.dispatcher.govern.session import Gate, Session
 from toolfleet.dispatcher.watch.progress_relay import CallProgress
 from toolfleet.schemas.action import ActionResponseModel, CallParams
+from toolfleet.schemas.error_info import ErrorInfo
+from toolfleet.schemas.errors import InternalError
 from toolfleet.schemas.messages import ActionResponse, Message
 from toolfleet.schemas.record import EventRecord
 from toolfleet.schemas.settings import Settings
@@ -72,6 +74,7 @@ def _streamer(
     calls: Sequence[BatchLine],
     statuses: dict[str, str],
     durations: dict[str, float],
+    errors: dict[str, ErrorInfo],
     on_record: RecordCallback,
 ) -> Callable[[Message], None]:
     """An on_message callback: each ActionResponse, written in input order, is the next
@@ -95,6 +98,7 @@ def _streamer(
             error=content.error,
             call_id=content.call_id,
             tool_call_id=content.tool_call_id,
+            error_info=errors.get(call_id) if content.error is not None else None,
         )
         on_record(CallRecord.from_response(line.line_no, response, durations.get(call_id)))
 
@@ -106,7 +110,7 @@ async def run_batch(
     *,
     settings: Settings,
     strategy: str = "concurrent",
-    max_concurrent: int | None = None,
+    max_in_flight: int | None = None,
     gates: Sequence[Gate] = (),
     on_progress: ProgressCallback | None = None,
     branch_id: str | None = None,
@@ -136,6 +140,7 @@ async def run_batch(
             session.gate(gate)
         durations: dict[str, float] = {}
         statuses: dict[str, str] = {}
+        errors: dict[str, ErrorInfo] = {}
 
         def observe(record: EventRecord) -> None:
             call_id = record.call_id or record.id
@@ -143,13 +148,16 @@ async def run_batch(
                 durations[call_id] = record.duration_s
             if call_id is not None:
                 statuses[call_id] = record.status.value
+                info = ErrorInfo.from_record(record.execution.get("error"))
+                if info is not None:
+                    errors[call_id] = info
             count(call_id, record.status.value)
 
         session.subscribe(observe)
         branch = session.new_branch(id=branch_id)
         calls = [line for line in lines if line.error is None]
         if on_record is not None:
-            branch.on_message(_streamer(calls, statuses, durations, on_record))
+            branch.on_message(_streamer(calls, statuses, durations, errors, on_record))
         if on_call_progress is not None:
             branch.on_progress(on_call_progress)
         for line in lines:
@@ -160,10 +168,10 @@ async def run_batch(
             strategy=strategy,
             suppress_errors=True,
             # One result per line, also for a call whose output is None.
-            call_params=CallParams(max_concurrent=max_concurrent, output_dropna=False),
+            call_params=CallParams(max_in_flight=max_in_flight, output_dropna=False),
         )
         if len(responses) != len(calls):
-            raise RuntimeError(
+            raise InternalError(
                 f"Branch.act returned {len(responses)} results for {len(calls)} calls"
             )
         by_line = {

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from toolfleet.schemas.action import ActionResponseModel
+from toolfleet.schemas.error_info import ErrorInfo
+from toolfleet.schemas.errors import MalformedRequestError
 from toolfleet.schemas.status import EventStatus
 
 __all__ = ["DENIED_ERROR", "OUTCOMES", "CallRecord", "Outcome"]
@@ -34,6 +36,8 @@ class CallRecord:
     call_id: str | None = None
     tool_call_id: str | None = None
     duration_s: float | None = None
+    # The error as structure (ActionResponseModel.error_info): what a script reads.
+    error_info: ErrorInfo | None = None
 
     @classmethod
     def malformed(
@@ -46,6 +50,7 @@ class CallRecord:
             status=EventStatus.ABORTED.value,
             outcome="malformed",
             error=f"MalformedRequestError: {error}",
+            error_info=ErrorInfo.of(MalformedRequestError(error)),
         )
 
     @classmethod
@@ -63,6 +68,7 @@ class CallRecord:
             call_id=response.call_id,
             tool_call_id=response.tool_call_id,
             duration_s=duration_s,
+            error_info=response.error_info,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -76,6 +82,7 @@ class CallRecord:
             "outcome": self.outcome,
             "output": self.output,
             "error": self.error,
+            "error_info": None if self.error_info is None else self.error_info.model_dump(),
             "duration_s": self.duration_s,
         }
 

@@ -65,7 +65,7 @@ def run_demo(*, sync_calls: int, async_calls: int, execute: Execute) -> int:
         lines,
         tools=(DEMO_TOOLS_MODULE,),
         strategy="concurrent",
-        max_concurrent=None,
+        max_in_flight=None,
         console=err,
         show_progress=True,
         gates=(deny_dangerous,),

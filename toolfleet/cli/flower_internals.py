@@ -1,6 +1,6 @@
 """Everything toolfleet does to Flower (and to Celery's event state inside it), in one place.
 
-Written against Flower 2.2.0 on Celery 5.7.0. ``tests/test_flower_internals.py`` checks every
+Written against Flower 2.2.0 on Celery 5.7.0. ``tests/unit/test_flower_internals.py`` checks every
 internal used here against the installed Flower and Celery and fails naming what changed; when
 it fails, fix the function here, nowhere else. The worker side's counterpart is
 :mod:`toolfleet.workers.celery_internals`.

@@ -44,7 +44,7 @@ Examples:
   toolfleet run calls.jsonl --tools mytools
   toolfleet run calls.jsonl --tools mytools,othertools --output results.jsonl
   cat calls.jsonl | toolfleet run - --tools mytools --json > results.jsonl
-  toolfleet run calls.jsonl --tools mytools --strategy sequential --max-concurrent 8
+  toolfleet run calls.jsonl --tools mytools --strategy sequential --max-in-flight 8
   TOOLFLEET_BROKER_URL=redis://redis:6379/0 toolfleet run calls.jsonl --tools mytools
 
 Without TOOLFLEET_BROKER_URL, toolfleet starts a private Redis and two local workers (one sync
@@ -83,11 +83,14 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         "sequential: one after another",
     )
     run.add_argument(
-        "--max-concurrent",
+        "--max-in-flight",
+        "--max-concurrent",  # the old name, still accepted
+        dest="max_in_flight",
         type=_positive_int,
         metavar="N",
         default=None,
-        help="calls in flight at once (default: TOOLFLEET_MAX_IN_FLIGHT, 256)",
+        help="calls in flight at once (default: TOOLFLEET_MAX_IN_FLIGHT, 256); "
+        "--max-concurrent is its old name",
     )
     run.add_argument(
         "--output", metavar="FILE", default=None, help="write the results here as JSONL"
@@ -220,7 +223,7 @@ def _run(args: argparse.Namespace) -> int:
             lines,
             tools=tools,
             strategy=args.strategy,
-            max_concurrent=args.max_concurrent,
+            max_in_flight=args.max_in_flight,
             console=err,
             show_progress=not args.json,
             branch_id=branch_id,
@@ -287,7 +290,7 @@ def _execute(
     *,
     tools: Sequence[str],
     strategy: str,
-    max_concurrent: int | None,
+    max_in_flight: int | None,
     console: Console,
     show_progress: bool,
     gates: Sequence[Any] = (),
@@ -315,7 +318,7 @@ def _execute(
                     lines,
                     settings=settings,
                     strategy=strategy,
-                    max_concurrent=max_concurrent,
+                    max_in_flight=max_in_flight,
                     gates=gates,
                     on_progress=progress.advance_outcome,
                     branch_id=branch_id,
