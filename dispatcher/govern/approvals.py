@@ -3,7 +3,7 @@
 A call that needs approval (its tool says ``approval=True``; a gate returned
 :class:`Escalate`; a TOOL_PRE hook raised ``ApprovalRequired``) is parked before it is
 enqueued: it holds no worker slot, and the batch's other calls go on. Whoever can reach the
-broker decides it, exactly once (``toolfleet.schemas.approval.DECIDE_SCRIPT``); the waiting
+broker decides it, exactly once (``toolfleet.schemas.approval.DECIDE``); the waiting
 dispatcher polls the call's hash, bounded by the call's approval time. Everything lives in
 Redis, so a dispatcher that dies while calls wait leaves them decidable for
 ``toolfleet recover`` (``toolfleet.dispatcher.history.recover``).
@@ -24,8 +24,8 @@ import redis
 import redis.asyncio as aioredis
 
 from toolfleet.schemas.approval import (
-    DECIDE_SCRIPT,
-    PARK_SCRIPT,
+    DECIDE,
+    PARK,
     ApprovalRequest,
     ApprovalState,
 )
@@ -91,8 +91,8 @@ async def park(
     """
     expire_s = max(1, int(request.expires_at - time.time()) + ttl_s)
     fields = request.to_fields(message=message, route=route)
-    script = client.register_script(PARK_SCRIPT)
-    created = await script(
+    created = await PARK.run(
+        client,
         keys=[keys.approval(request.call_id), keys.approvals()],
         args=[
             request.call_id,
@@ -155,8 +155,8 @@ async def decide(
     ApprovalNotWaitingError when the call is unknown or was already decided (it says by whom)."""
     if state == "waiting":
         raise ConfigurationError("decide() needs 'approved', 'denied' or 'expired', not 'waiting'")
-    script = client.register_script(DECIDE_SCRIPT)
-    answer: list[bytes | str] = await script(
+    answer: list[bytes | str] = await DECIDE.run(
+        client,
         keys=[keys.approval(call_id), keys.approvals()],
         args=[call_id, state, by, reason or ""],
     )
