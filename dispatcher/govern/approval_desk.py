@@ -60,8 +60,9 @@ class ApprovalDesk:
     def on_approval(self, handler: ApprovalHandler) -> ApprovalHandler:
         """Install ``handler(request) -> True | False | None`` (sync or async): called in this
         process for each call its batches park. True approves, False denies, None leaves the
-        call waiting for another decider; a handler that raises or returns anything else is
-        logged and skipped. To deny with a reason the model reads, a handler awaits
+        call waiting for another decider; a handler that raises is logged, recorded as a
+        CallbackFailed signal of the branch whose call it is, and skipped; one that returns
+        anything else is logged and skipped. To deny with a reason the model reads, a handler awaits
         ``fleet.deny(request.call_id, reason)`` and returns None."""
         self.approval_handlers.append(handler)
         return handler

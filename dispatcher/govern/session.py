@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -10,14 +9,15 @@ from typing import Any
 from toolfleet.dispatcher.branch import Branch
 from toolfleet.dispatcher.fleet import Fleet
 from toolfleet.dispatcher.govern.approvals import Escalate
-from toolfleet.dispatcher.govern.callbacks import call_user, callback_name, error_text
+from toolfleet.dispatcher.govern.callbacks import error_text
+from toolfleet.dispatcher.govern.emitter import Emitter
 from toolfleet.dispatcher.govern.session_signals import Signal
 from toolfleet.dispatcher.history.recorder import EventObserver
 from toolfleet.schemas.action import ToolInvocation
 
 __all__ = ["EventObserver", "Gate", "Session"]
 
-log = logging.getLogger(__name__)
+_GATES = Emitter()
 
 Gate = Callable[[ToolInvocation], "Awaitable[Any] | Any"]
 
@@ -59,12 +59,11 @@ class Session:
         gate denies and one asks for approval (the call is parked until someone decides)."""
         escalation: Escalate | None = None
         for check in self._gates:
-            name = callback_name(check)
-            try:
-                verdict = await call_user(check, invocation)
-            except Exception as exc:
-                log.warning("gate %s raised on %s: %r", name, invocation.function, exc)
-                return f"gate {name} raised {error_text(exc)}"
+            # A gate's failure is a denial, recorded by the batch as GateDenied.
+            outcome = await _GATES.call(check, invocation, where=f"gate on {invocation.function}")
+            name, verdict = outcome.handler, outcome.value
+            if outcome.error is not None:
+                return f"gate {name} raised {error_text(outcome.error)}"
             if isinstance(verdict, Escalate):
                 escalation = escalation or verdict
             elif not verdict:
