@@ -10,6 +10,7 @@ from toolfleet.dispatcher.govern.approvals import (
     default_decider,
     waiting_approvals,
 )
+from toolfleet.dispatcher.govern.extension import FLEET_HOOKS, Extension, overridden
 from toolfleet.schemas.approval import ApprovalRequest
 from toolfleet.schemas.keys import Keys
 
@@ -56,6 +57,13 @@ class ApprovalDesk:
     async def approvals(self) -> list[ApprovalRequest]:
         """Every call of the fleet waiting for approval, oldest first."""
         return await waiting_approvals(self.redis, self.keys)
+
+    def use(self, extension: Extension) -> Extension:
+        """Register ``extension.on_approval`` as an approval handler (as :meth:`on_approval`;
+        handlers are asked in registration order). Returns it."""
+        overridden(extension, FLEET_HOOKS, "fleet")
+        self.on_approval(extension.on_approval)
+        return extension
 
     def on_approval(self, handler: ApprovalHandler) -> ApprovalHandler:
         """Install ``handler(request) -> True | False | None`` (sync or async): called in this

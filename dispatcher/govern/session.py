@@ -11,6 +11,7 @@ from toolfleet.dispatcher.fleet import Fleet
 from toolfleet.dispatcher.govern.approvals import Escalate
 from toolfleet.dispatcher.govern.callbacks import error_text
 from toolfleet.dispatcher.govern.emitter import Emitter
+from toolfleet.dispatcher.govern.extension import SESSION_HOOKS, Extension, overridden
 from toolfleet.dispatcher.govern.session_signals import Signal
 from toolfleet.dispatcher.history.recorder import EventObserver
 from toolfleet.schemas.action import ToolInvocation
@@ -37,6 +38,17 @@ class Session:
         self.branches: dict[str, Branch] = {}
         self._gates: list[Gate] = []
         self._observers: list[EventObserver] = []
+
+    def use(self, extension: Extension) -> Extension:
+        """Register ``extension``'s session hooks it overrides: ``authorize`` (a gate, as
+        :meth:`gate`) and ``on_event`` (an observer, as :meth:`subscribe`); gates and
+        observers run in registration order, whichever call registered them. Returns it."""
+        for name in overridden(extension, SESSION_HOOKS, "session"):
+            if name == "authorize":
+                self.gate(extension.authorize)
+            else:
+                self.subscribe(extension.on_event)
+        return extension
 
     def gate(self, check: Gate) -> Gate:
         """Install ``check(ToolInvocation) -> bool`` (sync or async); every gate must allow.

@@ -30,6 +30,7 @@ from toolfleet import (
     CallbackFailed,
     CallParams,
     EventStatus,
+    Extension,
     Fleet,
     PermissionPolicy,
     Session,
@@ -250,9 +251,13 @@ def test_a_failing_approval_handler_is_logged_and_signalled_and_the_next_is_aske
     settings, _ = approvals
     side = tmp_path / "side"
 
+    class Approver(Extension):
+        def on_approval(self, request: ApprovalRequest) -> bool:
+            return True
+
     async def scenario(fleet: Fleet) -> tuple[Branch, str | None]:
         fleet.on_approval(lambda request: 1 / 0)  # type: ignore[arg-type,return-value]
-        fleet.on_approval(lambda request: True)
+        fleet.use(Approver())
         branch = Branch(fleet=fleet)
         [result] = await asyncio.wait_for(branch.act([refund(side, 1, amount=10)]), 30)
         assert result.output == "refunded 10"  # the next handler approved it
