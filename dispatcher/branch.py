@@ -10,7 +10,7 @@ from toolfleet.dispatcher.accept.context import CallContext
 from toolfleet.dispatcher.batch.act import Batch
 from toolfleet.dispatcher.fleet import Fleet, default_fleet
 from toolfleet.dispatcher.govern.approvals import Escalate
-from toolfleet.dispatcher.govern.extension import BRANCH_HOOKS, Extension, overridden
+from toolfleet.dispatcher.govern.extension import BRANCH_HOOKS, AnyExtension, overridden
 from toolfleet.dispatcher.govern.hooks import HookBus, HookPoint
 from toolfleet.dispatcher.govern.session_signals import Signal
 from toolfleet.dispatcher.history.compact import CompactList
@@ -105,7 +105,7 @@ class Branch:
         JSON object stored in Redis."""
         return list(self._recorder.history.events)
 
-    def use(self, extension: Extension) -> Extension:
+    def use(self, extension: AnyExtension) -> AnyExtension:
         """Register ``extension``'s branch hooks it overrides: ``before_call`` (TOOL_PRE),
         ``after_call`` (TOOL_POST), ``call_failed`` (TOOL_ERROR), ``on_message`` and
         ``on_progress``. Each point runs its callbacks in registration order, those of

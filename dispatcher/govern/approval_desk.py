@@ -10,7 +10,7 @@ from toolfleet.dispatcher.govern.approvals import (
     default_decider,
     waiting_approvals,
 )
-from toolfleet.dispatcher.govern.extension import FLEET_HOOKS, Extension, overridden
+from toolfleet.dispatcher.govern.extension import FLEET_HOOKS, AnyExtension, overridden
 from toolfleet.schemas.approval import ApprovalRequest
 from toolfleet.schemas.keys import Keys
 
@@ -58,7 +58,7 @@ class ApprovalDesk:
         """Every call of the fleet waiting for approval, oldest first."""
         return await waiting_approvals(self.redis, self.keys)
 
-    def use(self, extension: Extension) -> Extension:
+    def use(self, extension: AnyExtension) -> AnyExtension:
         """Register ``extension.on_approval`` as an approval handler (as :meth:`on_approval`;
         handlers are asked in registration order). Returns it."""
         overridden(extension, FLEET_HOOKS, "fleet")

@@ -9,6 +9,7 @@ sink); ``BaseException`` (cancellation, KeyboardInterrupt, SystemExit) is never 
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -63,10 +64,29 @@ class Emitter:
         except passthrough:
             raise
         except Exception as exc:
-            text = error_text(exc)
-            owner = f"{self._owner}: " if self._owner else ""
-            log.warning("%s%s %s failed on call %s: %s", owner, where, name, call_id, text)
-            if self._signal is not None:
-                self._signal(CallbackFailed(call_id, where, name, text))
-            return Outcome(name, error=exc)
+            return self._failed(name, exc, where, call_id)
         return Outcome(name, value=value)
+
+    def call_now(
+        self, callback: Callable[..., Any], *args: Any, where: str, call_id: str | None = None
+    ) -> Outcome:
+        """``callback(*args)`` for a hook that runs where it is raised, outside any await (a
+        signal listener); an awaitable it returns is closed and counts as its failure."""
+        name = callback_name(callback)
+        try:
+            value = callback(*args)
+            if inspect.isawaitable(value):
+                if inspect.iscoroutine(value):
+                    value.close()
+                raise TypeError(f"{where} must be a plain function, not a coroutine function")
+        except Exception as exc:
+            return self._failed(name, exc, where, call_id)
+        return Outcome(name, value=value)
+
+    def _failed(self, name: str, exc: Exception, where: str, call_id: str | None) -> Outcome:
+        text = error_text(exc)
+        owner = f"{self._owner}: " if self._owner else ""
+        log.warning("%s%s %s failed on call %s: %s", owner, where, name, call_id, text)
+        if self._signal is not None:
+            self._signal(CallbackFailed(call_id, where, name, text))
+        return Outcome(name, error=exc)

@@ -5,7 +5,8 @@ calls which method (register with ``use(ext)`` on the owner):
 
 - ``branch.use(ext)``: :meth:`~Extension.before_call`, :meth:`~Extension.after_call`,
   :meth:`~Extension.call_failed`, :meth:`~Extension.on_message`, :meth:`~Extension.on_progress`;
-- ``session.use(ext)``: :meth:`~Extension.authorize`, :meth:`~Extension.on_event`;
+- ``session.use(ext)``: :meth:`~Extension.authorize`, :meth:`~Extension.on_event`,
+  :meth:`~Extension.on_signal`;
 - ``fleet.use(ext)``: :meth:`~Extension.on_approval`.
 
 The older registration calls (``branch.hooks.on``, ``branch.on_message``,
@@ -20,22 +21,31 @@ logged and recorded as a ``CallbackFailed`` signal (docs/api.md, "Extending a ba
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import inspect
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from toolfleet.schemas.errors import ConfigurationError
 
 if TYPE_CHECKING:
+    from toolfleet.dispatcher.govern.session_signals import Signal
     from toolfleet.dispatcher.watch.progress_relay import CallProgress
     from toolfleet.schemas.action import ToolInvocation
     from toolfleet.schemas.approval import ApprovalRequest
     from toolfleet.schemas.messages import Message
     from toolfleet.schemas.record import EventRecord
 
-__all__ = ["BRANCH_HOOKS", "FLEET_HOOKS", "SESSION_HOOKS", "Extension", "overridden"]
+__all__ = [
+    "BRANCH_HOOKS",
+    "FLEET_HOOKS",
+    "SESSION_HOOKS",
+    "AnyExtension",
+    "Extension",
+    "overridden",
+]
 
 # The methods each owner's use() registers, in the order a call meets them.
 BRANCH_HOOKS = ("before_call", "after_call", "call_failed", "on_message", "on_progress")
-SESSION_HOOKS = ("authorize", "on_event")
+SESSION_HOOKS = ("authorize", "on_event", "on_signal")
 FLEET_HOOKS = ("on_approval",)
 
 
@@ -84,11 +94,21 @@ class Extension:
     def on_progress(self, progress: CallProgress) -> Any:
         """Each progress report of a running call, in the order its tool made them."""
 
+    def on_signal(self, signal: Signal) -> None:
+        """Each signal the session records (``GateDenied``, ``CallbackFailed``,
+        ``HistoryWriteFailed``), right after it is appended to ``session.signals``. A plain
+        method: it runs where the signal is raised. A failure is logged, not signalled (the
+        signal would call it again)."""
+
     def on_approval(self, request: ApprovalRequest) -> Any:
         """A call of this process was parked for approval: True approves, False denies, None
         leaves it to the next handler or another decider. A failure is isolated and
         signalled, and the next handler is asked."""
         return None
+
+
+# use() returns the extension it was given, with its own type.
+AnyExtension = TypeVar("AnyExtension", bound=Extension)
 
 
 def overridden(extension: Extension, names: tuple[str, ...], owner: str) -> list[str]:
@@ -105,5 +125,10 @@ def overridden(extension: Extension, names: tuple[str, ...], owner: str) -> list
             f"{type(extension).__qualname__} overrides none of the hooks {owner}.use() "
             f"registers ({', '.join(names)}); register it where its hooks are called "
             "(branch.use, session.use or fleet.use)"
+        )
+    if "on_signal" in chosen and inspect.iscoroutinefunction(type(extension).on_signal):
+        raise ConfigurationError(
+            f"{type(extension).__qualname__}.on_signal is a coroutine function; make it a "
+            "plain method (it runs where the signal is raised, outside any await)"
         )
     return chosen

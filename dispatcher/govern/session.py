@@ -11,7 +11,7 @@ from toolfleet.dispatcher.fleet import Fleet
 from toolfleet.dispatcher.govern.approvals import Escalate
 from toolfleet.dispatcher.govern.callbacks import error_text
 from toolfleet.dispatcher.govern.emitter import Emitter
-from toolfleet.dispatcher.govern.extension import SESSION_HOOKS, Extension, overridden
+from toolfleet.dispatcher.govern.extension import SESSION_HOOKS, AnyExtension, overridden
 from toolfleet.dispatcher.govern.session_signals import Signal
 from toolfleet.dispatcher.history.recorder import EventObserver
 from toolfleet.schemas.action import ToolInvocation
@@ -19,6 +19,8 @@ from toolfleet.schemas.action import ToolInvocation
 __all__ = ["EventObserver", "Gate", "Session"]
 
 _GATES = Emitter()
+# A signal listener's failure is logged only: recording it would call the listener again.
+_SIGNALS = Emitter()
 
 Gate = Callable[[ToolInvocation], "Awaitable[Any] | Any"]
 
@@ -38,16 +40,20 @@ class Session:
         self.branches: dict[str, Branch] = {}
         self._gates: list[Gate] = []
         self._observers: list[EventObserver] = []
+        self._signal_listeners: list[Callable[[Signal], None]] = []
 
-    def use(self, extension: Extension) -> Extension:
+    def use(self, extension: AnyExtension) -> AnyExtension:
         """Register ``extension``'s session hooks it overrides: ``authorize`` (a gate, as
-        :meth:`gate`) and ``on_event`` (an observer, as :meth:`subscribe`); gates and
-        observers run in registration order, whichever call registered them. Returns it."""
+        :meth:`gate`), ``on_event`` (an observer, as :meth:`subscribe`) and ``on_signal``
+        (each signal recorded); each runs in registration order, whichever call registered
+        it. Returns it."""
         for name in overridden(extension, SESSION_HOOKS, "session"):
             if name == "authorize":
                 self.gate(extension.authorize)
-            else:
+            elif name == "on_event":
                 self.subscribe(extension.on_event)
+            else:
+                self._signal_listeners.append(extension.on_signal)
         return extension
 
     def gate(self, check: Gate) -> Gate:
@@ -88,3 +94,7 @@ class Session:
 
     def record(self, signal: Signal) -> None:
         self.signals.append(signal)
+        for listener in tuple(self._signal_listeners):
+            _SIGNALS.call_now(
+                listener, signal, where="on_signal", call_id=getattr(signal, "call_id", None)
+            )

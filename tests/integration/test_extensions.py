@@ -2,7 +2,8 @@
 
 One ``Extension`` registered with ``session.use``, ``branch.use`` and ``fleet.use`` sees
 every point of a call's life, in order and with its payload; the older registration calls
-share each point's order with it; a failing method is isolated, logged and signalled.
+share each point's order with it; a failing method is isolated, logged and signalled, and
+``on_signal`` hears each signal.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from toolfleet import (
     Session,
     ToolInvocation,
 )
+from toolfleet.dispatcher.govern.session_signals import Signal
 from toolfleet.schemas.action import ActionResponseModel
 from toolfleet.schemas.messages import ActionRequest, ActionResponse, Message
 from toolfleet.schemas.settings import Settings
@@ -68,6 +70,9 @@ class Watcher(Extension):
 
     def on_message(self, message: Message) -> None:
         self.seen.append(("on_message", str(message.content.call_id), message))
+
+    def on_signal(self, signal: Signal) -> None:
+        self.seen.append(("on_signal", str(getattr(signal, "call_id", "")), signal))
 
     def of(self, call_id: str | None, function: str) -> list[tuple[str, Any]]:
         return [(hook, got) for hook, key, got in self.seen if key in (call_id, function)]
@@ -189,6 +194,8 @@ def test_a_failing_extension_method_is_isolated_logged_and_signalled(
         ("tool_post", "Broken.after_call"),
     ]
     assert {s.call_id for s in failed} == {result.call_id}
+    # on_signal heard each signal the session recorded, in order.
+    assert [got for hook, _, got in later.seen if hook == "on_signal"] == session.signals
     assert "KeyError: 'post'" in {s.error for s in failed}
     logged = [r.getMessage() for r in caplog.records if "Broken." in r.getMessage()]
     assert any("Broken.after_call failed" in line and "KeyError" in line for line in logged)

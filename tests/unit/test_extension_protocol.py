@@ -69,8 +69,40 @@ def test_use_registers_only_the_overridden_hooks_in_order_with_the_older_calls()
 
 def test_use_refuses_what_is_no_extension_or_serves_no_hook_of_its_owner() -> None:
     with pytest.raises(ConfigurationError, match=r"takes a toolfleet\.Extension instance"):
-        Branch().use(print)  # type: ignore[arg-type]
+        Branch().use(print)  # type: ignore[type-var]
     with pytest.raises(ConfigurationError, match="PostOnly overrides none of the hooks session"):
         Session().use(PostOnly())
     with pytest.raises(ConfigurationError, match="overrides none"):
         Branch().use(Extension())
+
+
+class SignalListener(Extension):
+    def __init__(self) -> None:
+        self.heard: list[Signal] = []
+
+    def on_signal(self, signal: Signal) -> None:
+        self.heard.append(signal)
+        raise RuntimeError("listener bug")
+
+
+def test_on_signal_hears_each_session_signal_and_its_failure_is_only_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    session = Session()
+    listener = session.use(SignalListener())
+    signal = CallbackFailed("c1", "tool_post", "h", "KeyError: 'x'")
+    with caplog.at_level("WARNING", logger="toolfleet"):
+        session.record(signal)
+    assert listener.heard == [signal]
+    assert session.signals == [signal]  # the listener's failure is no second signal
+    assert "SignalListener.on_signal failed" in caplog.text and "listener bug" in caplog.text
+
+
+class AsyncListener(Extension):
+    async def on_signal(self, signal: Signal) -> None:  # type: ignore[override]
+        pass
+
+
+def test_a_coroutine_on_signal_is_refused_at_use() -> None:
+    with pytest.raises(ConfigurationError, match="on_signal is a coroutine function"):
+        Session().use(AsyncListener())
