@@ -86,7 +86,8 @@ class Emitter:
     def _failed(self, name: str, exc: Exception, where: str, call_id: str | None) -> Outcome:
         text = error_text(exc)
         owner = f"{self._owner}: " if self._owner else ""
-        log.warning("%s%s %s failed on call %s: %s", owner, where, name, call_id, text)
+        on_call = f" on call {call_id}" if call_id else ""
+        log.warning("%s%s %s failed%s: %s", owner, where, name, on_call, text)
         if self._signal is not None:
             self._signal(CallbackFailed(call_id, where, name, text))
         return Outcome(name, error=exc)
