@@ -5,6 +5,7 @@ from toolfleet.dispatcher.accept.envelope import normalize, tool_calls_in
 from toolfleet.dispatcher.branch import Branch
 from toolfleet.dispatcher.fleet import Fleet
 from toolfleet.dispatcher.govern.approvals import Escalate
+from toolfleet.dispatcher.govern.extension import Extension
 from toolfleet.dispatcher.govern.hooks import HookBus, HookPoint, StopHook
 from toolfleet.dispatcher.govern.permissions import PermissionDecision, PermissionPolicy
 from toolfleet.dispatcher.govern.session import Session
@@ -24,6 +25,7 @@ __all__ = [
     "CallbackFailed",
     "ConfigurationError",
     "Escalate",
+    "Extension",
     "Fleet",
     "GateDenied",
     "HistoryWriteFailed",

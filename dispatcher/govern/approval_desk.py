@@ -10,6 +10,7 @@ from toolfleet.dispatcher.govern.approvals import (
     default_decider,
     waiting_approvals,
 )
+from toolfleet.dispatcher.govern.extension import FLEET_HOOKS, AnyExtension, overridden
 from toolfleet.schemas.approval import ApprovalRequest
 from toolfleet.schemas.errors import ConfigurationError
 from toolfleet.schemas.keys import Keys
@@ -59,11 +60,19 @@ class ApprovalDesk:
         """Every call of the fleet waiting for approval, oldest first."""
         return await waiting_approvals(self.redis, self.keys)
 
+    def use(self, extension: AnyExtension) -> AnyExtension:
+        """Register ``extension.on_approval`` as an approval handler (as :meth:`on_approval`;
+        handlers are asked in registration order). Returns it."""
+        overridden(extension, FLEET_HOOKS, "fleet")
+        self.on_approval(extension.on_approval)
+        return extension
+
     def on_approval(self, handler: ApprovalHandler) -> ApprovalHandler:
         """Install ``handler(request) -> True | False | None`` (sync or async): called in this
         process for each call its batches park. True approves, False denies, None leaves the
-        call waiting for another decider; a handler that raises or returns anything else is
-        logged and skipped. To deny with a reason the model reads, a handler awaits
+        call waiting for another decider; a handler that raises is logged, recorded as a
+        CallbackFailed signal of the branch whose call it is, and skipped; one that returns
+        anything else is logged and skipped. To deny with a reason the model reads, a handler awaits
         ``fleet.deny(request.call_id, reason)`` and returns None."""
         self.approval_handlers.append(handler)
         return handler

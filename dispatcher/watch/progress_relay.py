@@ -15,20 +15,17 @@ callbacks by then.
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from toolfleet.dispatcher.govern.callbacks import call_user, callback_name, error_text
-from toolfleet.dispatcher.govern.session_signals import CallbackFailed, Signal
+from toolfleet.dispatcher.govern.emitter import Emitter
+from toolfleet.dispatcher.govern.session_signals import Signal
 from toolfleet.dispatcher.watch.stopping import cancel_and_wait
 from toolfleet.schemas.progress import ProgressReport
 
 __all__ = ["CallProgress", "ProgressCallback", "ProgressRelay"]
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +57,7 @@ class ProgressRelay:
     ) -> None:
         self._callbacks = list(callbacks)
         self._branch_id = branch_id
-        self._signal = signal
+        self._emitter = Emitter(signal, owner=f"branch {branch_id}")
         self._queue: deque[CallProgress] = deque()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -113,16 +110,8 @@ class ProgressRelay:
             while self._queue:
                 progress = self._queue.popleft()
                 for callback in self._callbacks:
-                    await self._isolated(callback, progress)
+                    await self._emitter.call(
+                        callback, progress, where="on_progress", call_id=progress.call_id
+                    )
             if self._closing:
                 return
-
-    async def _isolated(self, callback: ProgressCallback, progress: CallProgress) -> None:
-        try:
-            await call_user(callback, progress)
-        except Exception as exc:
-            name = callback_name(callback)
-            log.warning(
-                "branch %s: on_progress %s failed: %s", self._branch_id, name, error_text(exc)
-            )
-            self._signal(CallbackFailed(progress.call_id, "on_progress", name, error_text(exc)))
