@@ -17,6 +17,7 @@ from typing import Any
 
 from toolfleet.dispatcher.govern.callbacks import call_user, callback_name, error_text
 from toolfleet.dispatcher.govern.session_signals import CallbackFailed, Signal
+from toolfleet.schemas.errors import WrongTypeError
 
 __all__ = ["Emitter", "Outcome"]
 
@@ -78,7 +79,7 @@ class Emitter:
             if inspect.isawaitable(value):
                 if inspect.iscoroutine(value):
                     value.close()
-                raise TypeError(f"{where} must be a plain function, not a coroutine function")
+                raise WrongTypeError(f"{where} must be a plain function, not a coroutine function")
         except Exception as exc:
             return self._failed(name, exc, where, call_id)
         return Outcome(name, value=value)
