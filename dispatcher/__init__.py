@@ -2,10 +2,10 @@
 
 from toolfleet.dispatcher.accept.context import CallContext
 from toolfleet.dispatcher.accept.envelope import normalize, tool_calls_in
-from toolfleet.dispatcher.batch.progress_relay import CallProgress
 from toolfleet.dispatcher.branch import Branch
 from toolfleet.dispatcher.fleet import Fleet
 from toolfleet.dispatcher.govern.approvals import Escalate
+from toolfleet.dispatcher.govern.extension import Extension
 from toolfleet.dispatcher.govern.hooks import HookBus, HookPoint, StopHook
 from toolfleet.dispatcher.govern.permissions import PermissionDecision, PermissionPolicy
 from toolfleet.dispatcher.govern.session_signals import (
@@ -15,6 +15,7 @@ from toolfleet.dispatcher.govern.session_signals import (
 )
 from toolfleet.dispatcher.session import Session
 from toolfleet.schemas.errors import ConfigurationError
+from toolfleet.schemas.progress import CallProgress
 from toolfleet.schemas.provider import render_results
 
 __all__ = [
@@ -24,6 +25,7 @@ __all__ = [
     "CallbackFailed",
     "ConfigurationError",
     "Escalate",
+    "Extension",
     "Fleet",
     "GateDenied",
     "HistoryWriteFailed",

@@ -12,7 +12,8 @@ from toolfleet.dispatcher.batch.act import Batch
 from toolfleet.dispatcher.batch.progress_relay import ProgressCallback
 from toolfleet.dispatcher.fleet import Fleet, default_fleet
 from toolfleet.dispatcher.govern.approvals import Escalate
-from toolfleet.dispatcher.govern.hooks import HookBus
+from toolfleet.dispatcher.govern.extension import BRANCH_HOOKS, AnyExtension, overridden
+from toolfleet.dispatcher.govern.hooks import HookBus, HookPoint
 from toolfleet.dispatcher.govern.session_signals import Signal
 from toolfleet.dispatcher.history.compact import CompactList
 from toolfleet.dispatcher.history.history import load_records
@@ -23,6 +24,13 @@ from toolfleet.schemas.messages import Message
 from toolfleet.schemas.record import EventRecord
 
 __all__ = ["Branch", "MessageCallback", "ProgressCallback", "Scope"]
+
+# The Extension methods that are lifecycle hook points.
+_HOOK_POINTS = {
+    "before_call": HookPoint.TOOL_PRE,
+    "after_call": HookPoint.TOOL_POST,
+    "call_failed": HookPoint.TOOL_ERROR,
+}
 
 
 class Scope(Protocol):
@@ -96,6 +104,21 @@ class Branch:
         A new list on each access, decoded from the compact form; ``record.to_dict()`` is the
         JSON object stored in Redis."""
         return list(self._recorder.history.events)
+
+    def use(self, extension: AnyExtension) -> AnyExtension:
+        """Register ``extension``'s branch hooks it overrides: ``before_call`` (TOOL_PRE),
+        ``after_call`` (TOOL_POST), ``call_failed`` (TOOL_ERROR), ``on_message`` and
+        ``on_progress``. Each point runs its callbacks in registration order, those of
+        :meth:`on_message`, :meth:`on_progress` and ``hooks.on`` included; returns it."""
+        for name in overridden(extension, BRANCH_HOOKS, "branch"):
+            method = getattr(extension, name)
+            if name in _HOOK_POINTS:
+                self.hooks.on(_HOOK_POINTS[name], method)
+            elif name == "on_message":
+                self.on_message(method)
+            else:
+                self.on_progress(method)
+        return extension
 
     def on_message(self, callback: MessageCallback) -> MessageCallback:
         """Call ``callback(message)`` after each message is written; failures are isolated

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -10,14 +9,18 @@ from typing import Any
 from toolfleet.dispatcher.branch import Branch
 from toolfleet.dispatcher.fleet import Fleet
 from toolfleet.dispatcher.govern.approvals import Escalate
-from toolfleet.dispatcher.govern.callbacks import call_user, callback_name, error_text
+from toolfleet.dispatcher.govern.callbacks import error_text
+from toolfleet.dispatcher.govern.emitter import Emitter
+from toolfleet.dispatcher.govern.extension import SESSION_HOOKS, AnyExtension, overridden
 from toolfleet.dispatcher.govern.session_signals import Signal
 from toolfleet.dispatcher.history.recorder import EventObserver
 from toolfleet.schemas.action import ToolInvocation
 
 __all__ = ["EventObserver", "Gate", "Session"]
 
-log = logging.getLogger(__name__)
+_GATES = Emitter()
+# A signal listener's failure is logged only: recording it would call the listener again.
+_SIGNALS = Emitter()
 
 Gate = Callable[[ToolInvocation], "Awaitable[Any] | Any"]
 
@@ -37,6 +40,21 @@ class Session:
         self.branches: dict[str, Branch] = {}
         self._gates: list[Gate] = []
         self._observers: list[EventObserver] = []
+        self._signal_listeners: list[Callable[[Signal], None]] = []
+
+    def use(self, extension: AnyExtension) -> AnyExtension:
+        """Register ``extension``'s session hooks it overrides: ``authorize`` (a gate, as
+        :meth:`gate`), ``on_event`` (an observer, as :meth:`subscribe`) and ``on_signal``
+        (each signal recorded); each runs in registration order, whichever call registered
+        it. Returns it."""
+        for name in overridden(extension, SESSION_HOOKS, "session"):
+            if name == "authorize":
+                self.gate(extension.authorize)
+            elif name == "on_event":
+                self.subscribe(extension.on_event)
+            else:
+                self._signal_listeners.append(extension.on_signal)
+        return extension
 
     def gate(self, check: Gate) -> Gate:
         """Install ``check(ToolInvocation) -> bool`` (sync or async); every gate must allow.
@@ -59,12 +77,11 @@ class Session:
         gate denies and one asks for approval (the call is parked until someone decides)."""
         escalation: Escalate | None = None
         for check in self._gates:
-            name = callback_name(check)
-            try:
-                verdict = await call_user(check, invocation)
-            except Exception as exc:
-                log.warning("gate %s raised on %s: %r", name, invocation.function, exc)
-                return f"gate {name} raised {error_text(exc)}"
+            # A gate's failure is a denial, recorded by the batch as GateDenied.
+            outcome = await _GATES.call(check, invocation, where=f"gate on {invocation.function}")
+            name, verdict = outcome.handler, outcome.value
+            if outcome.error is not None:
+                return f"gate {name} raised {error_text(outcome.error)}"
             if isinstance(verdict, Escalate):
                 escalation = escalation or verdict
             elif not verdict:
@@ -77,3 +94,7 @@ class Session:
 
     def record(self, signal: Signal) -> None:
         self.signals.append(signal)
+        for listener in tuple(self._signal_listeners):
+            _SIGNALS.call_now(
+                listener, signal, where="on_signal", call_id=getattr(signal, "call_id", None)
+            )

@@ -4,7 +4,7 @@ A call that needs a person's (or a program's) yes waits in Redis, not on a worke
 call (``Keys.approval(call_id)``) and one sorted set of the waiting call ids
 (``Keys.approvals()``). The dispatcher that parked it polls the hash; anyone who can reach the
 broker decides it (``toolfleet approve``/``deny``, ``Fleet.approve``/``deny``, an approval
-handler) through :data:`DECIDE_SCRIPT`, which lets exactly one decision in.
+handler) through :data:`DECIDE` (``approval_decide.lua``), which lets exactly one decision in.
 """
 
 from __future__ import annotations
@@ -16,11 +16,14 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict
 
+from toolfleet.schemas.lua_scripts import lua_script
 from toolfleet.schemas.model import ToolfleetModel
 
 __all__ = [
+    "DECIDE",
     "DECIDE_SCRIPT",
     "DEFAULT_APPROVAL_TIMEOUT_S",
+    "PARK",
     "PARK_SCRIPT",
     "ApprovalRequest",
     "ApprovalState",
@@ -32,34 +35,12 @@ DEFAULT_APPROVAL_TIMEOUT_S = 3600.0
 
 ApprovalState = Literal["waiting", "approved", "denied", "expired"]
 
-# KEYS: the call's approval hash, the waiting set. ARGV: call_id, expire_s, requested_at, then
-# the hash's fields and values. A call parked before (the same call_id: a model's replay, or
-# the same batch run again) keeps its first request and whatever was decided: returns 0.
-PARK_SCRIPT = """
-if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-redis.call('HSET', KEYS[1], unpack(ARGV, 4))
-redis.call('EXPIRE', KEYS[1], ARGV[2])
-redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
-return 1
-"""
-
-# KEYS: the call's approval hash, the waiting set. ARGV: call_id, new state, by, reason.
-# Returns {"ok", decided_at} when this decision is the one, else {state, decided_by,
-# decided_at} of the decision already made, or {"missing"} when no such call was parked.
-DECIDE_SCRIPT = """
-local state = redis.call('HGET', KEYS[1], 'state')
-if not state then return {'missing'} end
-if state ~= 'waiting' then
-  local got = redis.call('HMGET', KEYS[1], 'decided_by', 'decided_at')
-  return {state, got[1] or '', got[2] or ''}
-end
-local now = redis.call('TIME')
-local at = string.format('%d.%06d', tonumber(now[1]), tonumber(now[2]))
-redis.call('HSET', KEYS[1], 'state', ARGV[2], 'decided_by', ARGV[3],
-  'decision_reason', ARGV[4], 'decided_at', at)
-redis.call('ZREM', KEYS[2], ARGV[1])
-return {'ok', at}
-"""
+# The scripts that park a call and decide it, read once from toolfleet/schemas/lua/ (their
+# KEYS and ARGV: the files' headers); the *_SCRIPT names are their text.
+PARK = lua_script("approval_park")
+DECIDE = lua_script("approval_decide")
+PARK_SCRIPT = PARK.source
+DECIDE_SCRIPT = DECIDE.source
 
 # The hash fields that are not ApprovalRequest fields: what the parked call's dispatcher, or
 # `toolfleet recover`, needs to enqueue it once approved (its arguments unredacted, as a

@@ -11,6 +11,7 @@ before its result is popped before that result.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from pydantic import ConfigDict, ValidationError
 
@@ -20,6 +21,7 @@ from toolfleet.schemas.model import ToolfleetModel
 __all__ = [
     "MESSAGE_MAX_CHARS",
     "PROGRESS_PREFIX",
+    "CallProgress",
     "ProgressReport",
     "check_progress",
     "decode",
@@ -96,3 +98,17 @@ def _number(name: str, value: object) -> int | float:
     if not math.isfinite(number):
         raise ConfigurationError(f"progress({name}=...) must be finite, got {value!r}")
     return number
+
+
+@dataclass(frozen=True, slots=True)
+class CallProgress:
+    """One progress report of a running call, as a progress callback receives it."""
+
+    call_id: str
+    tool: str
+    done: float
+    total: float | None
+    message: str | None
+    attempt: int = 0
+    # When the tool reported it (epoch seconds, the worker's clock).
+    reported_at: float = 0.0

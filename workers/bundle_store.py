@@ -6,7 +6,7 @@ goes through :func:`toolfleet.workers.call_runner.execute_async` unchanged. It s
 single-call store's protocol, only pipelined: :meth:`BundleStore.prefetch` starts every call
 whose tool is registered with the same commands (:func:`toolfleet.workers.store.queue_begin`,
 read by :func:`toolfleet.workers.store.read_begin`) and reads the record of every other one;
-:meth:`BundleStore.flush` writes every record with the same FINISH_SCRIPT
+:meth:`BundleStore.flush` writes every record with the same FINISH
 (:mod:`toolfleet.workers.record_scripts`) and every repeated reply. Anything off that path (a
 live duplicate, a lost holder) goes to the real store, so the C7 and worker-lost rules hold as
 for a single call.
@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from toolfleet.schemas.keys import Keys
 from toolfleet.schemas.settings import Settings
 from toolfleet.schemas.wire import CallMessage, CallResult
-from toolfleet.workers.record_scripts import FINISH_SCRIPT, finish_call
+from toolfleet.workers.record_scripts import FINISH, finish_call
 from toolfleet.workers.registry import Registry
 from toolfleet.workers.runtime import WorkerRuntime
 from toolfleet.workers.store import (
@@ -118,7 +118,7 @@ class BundleStore:
             await self.store.keep_late(result)
 
     async def finish(self, result: CallResult, reply_to: str | None) -> bool:
-        # Applied at flush() with FINISH_SCRIPT, as the real finish(); a record that loses
+        # Applied at flush() with FINISH, as the real finish(); a record that loses
         # there (a revoke got in first) keeps the stored one in Redis and the reply list, and
         # only this bundle's summary count is optimistic.
         self._writes.append((result, reply_to, True))
@@ -133,14 +133,13 @@ class BundleStore:
         if not writes:
             return
         keys, ttl_s, client = self.store.keys, self.store.record_ttl_s, self.store.client
-        finish = client.register_script(FINISH_SCRIPT)
 
         async def write() -> None:
             async with client.pipeline(transaction=False) as pipe:
                 for result, reply_to, store_record in writes:
                     if store_record:
                         script_keys, args = finish_call(keys, result, reply_to, ttl_s)
-                        await finish(keys=script_keys, args=args, client=pipe)
+                        await FINISH.run(pipe, keys=script_keys, args=args)
                     elif reply_to:
                         pipe.rpush(reply_to, result.model_dump_json())
                         pipe.expire(reply_to, ttl_s)

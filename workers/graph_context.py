@@ -20,6 +20,7 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from toolfleet.schemas.errors import ConfigurationError
 from toolfleet.schemas.progress import MESSAGE_MAX_CHARS
 
 __all__ = ["CUSTOM_STREAM_KEY", "graph_context"]
@@ -48,7 +49,7 @@ def graph_context(progress: Callable[..., None]) -> Iterator[None]:
     def write(chunk: Any) -> None:
         text = json.dumps({CUSTOM_STREAM_KEY: chunk})  # TypeError for a chunk not JSON
         if len(text) > MESSAGE_MAX_CHARS:
-            raise ValueError(
+            raise ConfigurationError(
                 f"a write to LangGraph's stream from a tool on a worker is at most "
                 f"{MESSAGE_MAX_CHARS:,} characters of JSON, got {len(text):,}; write less at "
                 "a time"

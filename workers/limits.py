@@ -4,11 +4,11 @@ A tool declared ``@tool(rate_limit="20/s", max_concurrency=4, limit_key="tenant"
 two controls before it runs, after the call's C7 start (so a call waiting here is "started" to
 the dispatcher's reconciler, and a redelivery of it waits for this one):
 
-- the rate limit: a token bucket per scope in one script (:data:`TOKEN_BUCKET_SCRIPT`); a
+- the rate limit: a token bucket per scope in one script (``limit_token_bucket.lua``); a
   call takes a token, or reserves the next one and sleeps until it is due, or, when that is
   further off than its ``limit_wait_s``, takes nothing and fails RateLimitedError;
 - the concurrency cap: a slot per running call in a sorted set scored by lease expiry
-  (:data:`SLOT_ACQUIRE_SCRIPT`); the worker's heartbeat renews the lease while the call runs,
+  (``limit_slot_acquire.lua``); the worker's heartbeat renews the lease while the call runs,
   so the slot of a worker SIGKILLed mid-call comes back when its lease lapses.
 
 Waiting holds the worker slot running the call (a prefork process, or one of the asyncio
@@ -33,7 +33,7 @@ from toolfleet.schemas.keys import Keys
 from toolfleet.schemas.limits import LimitScope, limit_scope, limit_wait_of, retry_after_text
 from toolfleet.schemas.tool import Tool
 from toolfleet.schemas.wire import CallMessage
-from toolfleet.workers.limit_scripts import SLOT_ACQUIRE_SCRIPT, TOKEN_BUCKET_SCRIPT
+from toolfleet.workers.limit_scripts import SLOT_ACQUIRE, TOKEN_BUCKET
 from toolfleet.workers.store import Heartbeat
 
 __all__ = [
@@ -141,10 +141,11 @@ async def _pass_rate_limit(
     further off than ``budget_s``."""
     rate = tool.rate_limit
     assert rate is not None
-    bucket = client.register_script(TOKEN_BUCKET_SCRIPT)
     key = keys.rate(tool.function, scope.value)
     args = [repr(rate.per_second), repr(rate.burst), repr(budget_s)]
-    reply = await through_outage(lambda: bucket(keys=[key], args=args), outage_limit_s)
+    reply = await through_outage(
+        lambda: TOKEN_BUCKET.run(client, keys=[key], args=args), outage_limit_s
+    )
     granted, wait_s = int(reply[0]), float(reply[1])
     if not granted:
         raise RateLimitedError(
@@ -172,13 +173,14 @@ async def _take_slot(
     """Take a slot at once (False) or after waiting for one (True); RateLimitedError when
     none is free within ``left_s``."""
     cap = tool.max_concurrency
-    take = client.register_script(SLOT_ACQUIRE_SCRIPT)
     args = [str(cap), repr(SLOT_LEASE_S), call_id]
     deadline = time.monotonic() + left_s
     pause_s = _SLOT_POLL_FIRST_S
     tries = 0
     while True:
-        taken = await through_outage(lambda: take(keys=[slot_key], args=args), outage_limit_s)
+        taken = await through_outage(
+            lambda: SLOT_ACQUIRE.run(client, keys=[slot_key], args=args), outage_limit_s
+        )
         tries += 1
         if int(taken) == 1:
             return tries > 1

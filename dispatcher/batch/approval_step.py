@@ -16,7 +16,7 @@ from redis.exceptions import RedisError
 from toolfleet.broker.outage import through_outage
 from toolfleet.dispatcher.fleet import Fleet
 from toolfleet.dispatcher.govern.approvals import decide, expire, park, wait_for_decision
-from toolfleet.dispatcher.govern.callbacks import call_user, callback_name, error_text
+from toolfleet.dispatcher.govern.emitter import Emitter
 from toolfleet.dispatcher.send.approval_events import announce_approval
 from toolfleet.dispatcher.send.cancel import SETTLE_TIMEOUT_S
 from toolfleet.dispatcher.send.enqueue import send_options
@@ -33,11 +33,19 @@ log = logging.getLogger(__name__)
 
 
 async def seek_approval(
-    fleet: Fleet, tool: Tool, message: CallMessage, *, reason: str, wait_s: float
+    fleet: Fleet,
+    tool: Tool,
+    message: CallMessage,
+    *,
+    reason: str,
+    wait_s: float,
+    emitter: Emitter,
 ) -> ApprovalRequest:
     """Park the call of ``message`` and return it decided: approved, denied or expired
-    after ``wait_s``. Raises BrokerError when it cannot be parked through an outage; a
-    cancelled wait ends the parked call before the cancellation goes on."""
+    after ``wait_s``. This process's approval handlers are called through ``emitter`` (a
+    failing one is logged and signalled, and the next is asked). Raises BrokerError when it
+    cannot be parked through an outage; a cancelled wait ends the parked call before the
+    cancellation goes on."""
     now_s = time.time()
     request = ApprovalRequest(
         call_id=message.call_id,
@@ -53,7 +61,7 @@ async def seek_approval(
         expires_at=now_s + max(0.0, wait_s),
     )
     try:
-        decided = await _park_and_wait(fleet, tool, message, request)
+        decided = await _park_and_wait(fleet, tool, message, request, emitter)
     except asyncio.CancelledError:
         await _withdraw(fleet, tool, message, request)
         raise
@@ -86,7 +94,7 @@ async def _withdraw(
 
 
 async def _park_and_wait(
-    fleet: Fleet, tool: Tool, message: CallMessage, request: ApprovalRequest
+    fleet: Fleet, tool: Tool, message: CallMessage, request: ApprovalRequest, emitter: Emitter
 ) -> ApprovalRequest:
     queue, options = send_options(fleet.settings, message, tool)
     try:
@@ -113,21 +121,17 @@ async def _park_and_wait(
     if earlier is not None:
         request = earlier  # parked before and still waiting: wait on, ask no handler again
     else:
-        await _ask_handlers(fleet, request)
+        await _ask_handlers(fleet, request, emitter)
     return await wait_for_decision(fleet.redis, fleet.keys, request)
 
 
-async def _ask_handlers(fleet: Fleet, request: ApprovalRequest) -> None:
+async def _ask_handlers(fleet: Fleet, request: ApprovalRequest, emitter: Emitter) -> None:
     """Offer the call to this process's handlers, in order, until one decides."""
     for handler in tuple(fleet.approval_handlers):
-        name = callback_name(handler)
-        try:
-            verdict = await call_user(handler, request)
-        except Exception as exc:
-            log.warning(
-                "approval handler %s raised on call %s: %s", name, request.call_id, error_text(exc)
-            )
-            continue
+        outcome = await emitter.call(handler, request, where="approval", call_id=request.call_id)
+        if outcome.failed:
+            continue  # logged and signalled; the next handler is asked
+        name, verdict = outcome.handler, outcome.value
         if verdict is None:
             continue
         if not isinstance(verdict, bool):

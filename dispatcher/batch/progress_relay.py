@@ -15,34 +15,16 @@ callbacks by then.
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
-from toolfleet.dispatcher.govern.callbacks import call_user, callback_name, error_text
-from toolfleet.dispatcher.govern.session_signals import CallbackFailed, Signal
+from toolfleet.dispatcher.govern.emitter import Emitter
+from toolfleet.dispatcher.govern.session_signals import Signal
 from toolfleet.dispatcher.infra.stopping import cancel_and_wait
-from toolfleet.schemas.progress import ProgressReport
+from toolfleet.schemas.progress import CallProgress, ProgressReport
 
-__all__ = ["CallProgress", "ProgressCallback", "ProgressRelay"]
-
-log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class CallProgress:
-    """One progress report of a running call, as a progress callback receives it."""
-
-    call_id: str
-    tool: str
-    done: float
-    total: float | None
-    message: str | None
-    attempt: int = 0
-    # When the tool reported it (epoch seconds, the worker's clock).
-    reported_at: float = 0.0
+__all__ = ["ProgressCallback", "ProgressRelay"]
 
 
 ProgressCallback = Callable[[CallProgress], "Awaitable[Any] | Any"]
@@ -60,7 +42,7 @@ class ProgressRelay:
     ) -> None:
         self._callbacks = list(callbacks)
         self._branch_id = branch_id
-        self._signal = signal
+        self._emitter = Emitter(signal, owner=f"branch {branch_id}")
         self._queue: deque[CallProgress] = deque()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -113,16 +95,8 @@ class ProgressRelay:
             while self._queue:
                 progress = self._queue.popleft()
                 for callback in self._callbacks:
-                    await self._isolated(callback, progress)
+                    await self._emitter.call(
+                        callback, progress, where="on_progress", call_id=progress.call_id
+                    )
             if self._closing:
                 return
-
-    async def _isolated(self, callback: ProgressCallback, progress: CallProgress) -> None:
-        try:
-            await call_user(callback, progress)
-        except Exception as exc:
-            name = callback_name(callback)
-            log.warning(
-                "branch %s: on_progress %s failed: %s", self._branch_id, name, error_text(exc)
-            )
-            self._signal(CallbackFailed(progress.call_id, "on_progress", name, error_text(exc)))

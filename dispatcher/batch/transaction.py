@@ -38,6 +38,7 @@ from toolfleet.dispatcher.batch.units import (
 )
 from toolfleet.dispatcher.fleet import Fleet
 from toolfleet.dispatcher.govern.approvals import Escalate
+from toolfleet.dispatcher.govern.emitter import Emitter
 from toolfleet.dispatcher.govern.hooks import HookBus
 from toolfleet.dispatcher.govern.session_signals import GateDenied
 from toolfleet.dispatcher.history.history import Unit
@@ -125,6 +126,7 @@ class Transaction:
         self._authorize = authorize
         self._hooks = hooks
         self._signal = signal
+        self._emitter = Emitter(signal, owner=f"branch {branch_id}")
         self.suppress = suppress_errors
         self._verbose = verbose
         self._stopped = stopped
@@ -240,7 +242,7 @@ class Transaction:
         message = self._message(ctx, 0)
         try:
             decided = await seek_approval(
-                self.fleet, ctx.tool, message, reason=reason, wait_s=wait_s
+                self.fleet, ctx.tool, message, reason=reason, wait_s=wait_s, emitter=self._emitter
             )
         except BrokerError as exc:
             return self.abort(ctx, exc)

@@ -18,6 +18,7 @@ from toolfleet.dispatcher.fleet.loop_binding import LoopBinding
 from toolfleet.dispatcher.fleet.tool_catalog import ToolCatalog
 from toolfleet.dispatcher.govern import approvals as parked
 from toolfleet.dispatcher.govern.approvals import ApprovalHandler
+from toolfleet.dispatcher.govern.extension import FLEET_HOOKS, AnyExtension, overridden
 from toolfleet.dispatcher.watch.broker_watch import KeptHistory
 from toolfleet.dispatcher.watch.collector import Collector
 from toolfleet.dispatcher.watch.reconciler import Reconciler
@@ -194,24 +195,33 @@ class Fleet:
     async def approve(
         self, call_id: str, *, by: str | None = None, reason: str | None = None
     ) -> ApprovalRequest:
-        """Let the waiting call ``call_id`` run; ApprovalError when it is not waiting."""
+        """Let the waiting call ``call_id`` run; ApprovalNotWaitingError (an ApprovalError)
+        when it is not waiting."""
         return await parked.approve(self.redis, self.keys, call_id, by=by, reason=reason)
 
     async def deny(self, call_id: str, reason: str, *, by: str | None = None) -> ApprovalRequest:
         """Refuse the waiting call ``call_id``: it ends as a denial the model reads, with
-        ``reason``; ApprovalError when it is not waiting."""
+        ``reason``; ApprovalNotWaitingError (an ApprovalError) when it is not waiting."""
         return await parked.deny(self.redis, self.keys, call_id, reason, by=by)
 
     async def approvals(self) -> list[ApprovalRequest]:
         """Every call of the fleet waiting for approval, oldest first."""
         return await parked.waiting_approvals(self.redis, self.keys)
 
+    def use(self, extension: AnyExtension) -> AnyExtension:
+        """Register ``extension.on_approval`` as an approval handler (as :meth:`on_approval`;
+        handlers are asked in registration order). Returns it."""
+        overridden(extension, FLEET_HOOKS, "fleet")
+        self.on_approval(extension.on_approval)
+        return extension
+
     def on_approval(self, handler: ApprovalHandler) -> ApprovalHandler:
         """Install ``handler(request) -> True | False | None`` (sync or async): called in this
         process for each call its batches park. True approves, False denies, None leaves the
-        call waiting for another decider; a handler that raises or returns anything else is
-        logged and skipped. To deny with a reason the model reads, a handler awaits
-        ``fleet.deny(request.call_id, reason)`` and returns None."""
+        call waiting for another decider; a handler that raises is logged, recorded as a
+        CallbackFailed signal of the branch whose call it is, and skipped; one that returns
+        anything else is logged and skipped. To deny with a reason the model reads, a handler
+        awaits ``fleet.deny(request.call_id, reason)`` and returns None."""
         self.approval_handlers.append(handler)
         return handler
 

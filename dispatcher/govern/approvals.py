@@ -3,7 +3,7 @@
 A call that needs approval (its tool says ``approval=True``; a gate returned
 :class:`Escalate`; a TOOL_PRE hook raised ``ApprovalRequired``) is parked before it is
 enqueued: it holds no worker slot, and the batch's other calls go on. Whoever can reach the
-broker decides it, exactly once (``toolfleet.schemas.approval.DECIDE_SCRIPT``); the waiting
+broker decides it, exactly once (``toolfleet.schemas.approval.DECIDE``); the waiting
 dispatcher polls the call's hash, bounded by the call's approval time. Everything lives in
 Redis, so a dispatcher that dies while calls wait leaves them decidable for
 ``toolfleet recover`` (``toolfleet.dispatcher.history.recover``).
@@ -24,8 +24,8 @@ import redis
 import redis.asyncio as aioredis
 
 from toolfleet.schemas.approval import (
-    DECIDE_SCRIPT,
-    PARK_SCRIPT,
+    DECIDE,
+    PARK,
     ApprovalRequest,
     ApprovalState,
 )
@@ -93,8 +93,8 @@ async def park(
     """
     expire_s = max(1, int(request.expires_at - time.time()) + ttl_s)
     fields = request.to_fields(message=message, route=route)
-    script = client.register_script(PARK_SCRIPT)
-    created = await script(
+    created = await PARK.run(
+        client,
         keys=[keys.approval(request.call_id), keys.approvals()],
         args=[
             request.call_id,
@@ -157,8 +157,8 @@ async def decide(
     ApprovalNotWaitingError when the call is unknown or was already decided (it says by whom)."""
     if state == "waiting":
         raise ConfigurationError("decide() needs 'approved', 'denied' or 'expired', not 'waiting'")
-    script = client.register_script(DECIDE_SCRIPT)
-    answer: list[bytes | str] = await script(
+    answer: list[bytes | str] = await DECIDE.run(
+        client,
         keys=[keys.approval(call_id), keys.approvals()],
         args=[call_id, state, by, reason or ""],
     )
@@ -189,9 +189,10 @@ async def approve(
     by: str | None = None,
     reason: str | None = None,
 ) -> ApprovalRequest:
-    """Let the waiting call ``call_id`` run (``fleet.approve``); ApprovalError when it is not
-    waiting. Any process that reaches the broker may decide any waiting call, whoever parked
-    it: a decision is a Redis write, read by the dispatcher that waits (docs/controls.md)."""
+    """Let the waiting call ``call_id`` run (``fleet.approve``); ApprovalNotWaitingError (an
+    ApprovalError) when it is not waiting. Any process that reaches the broker may decide any
+    waiting call, whoever parked it: a decision is a Redis write, read by the dispatcher that
+    waits (docs/controls.md)."""
     return await decide(
         client, keys, call_id, "approved", by=by or default_decider(), reason=reason
     )
@@ -201,9 +202,9 @@ async def deny(
     client: aioredis.Redis, keys: Keys, call_id: str, reason: str, *, by: str | None = None
 ) -> ApprovalRequest:
     """Refuse the waiting call ``call_id`` (``fleet.deny``): it ends as a denial the model
-    reads, with ``reason``; ApprovalError when it is not waiting."""
+    reads, with ``reason``; ApprovalNotWaitingError (an ApprovalError) when it is not waiting."""
     if not isinstance(reason, str) or not reason.strip():
-        raise ValueError(
+        raise ConfigurationError(
             f"deny() needs a reason, got {reason!r}; the model reads it, so say why "
             "(for example fleet.deny(call_id, 'only read-only queries today'))"
         )

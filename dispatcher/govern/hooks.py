@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from toolfleet.dispatcher.govern.callbacks import call_user, callback_name, error_text
+from toolfleet.dispatcher.govern.callbacks import call_user
+from toolfleet.dispatcher.govern.emitter import Emitter
 from toolfleet.schemas.errors import ConfigurationError, ControlSignal
 
 __all__ = ["HookBus", "HookFailure", "HookHandler", "HookPoint", "StopHook"]
-
-log = logging.getLogger(__name__)
 
 HookHandler = Callable[[dict[str, Any]], "Awaitable[Any] | Any"]
 
@@ -70,21 +68,29 @@ class HookBus:
             except StopHook:
                 return
 
-    async def emit(self, point: HookPoint | str, payload: dict[str, Any]) -> list[HookFailure]:
-        """Run a non-blocking point's handlers; each failure is logged, isolated, returned."""
+    async def emit(
+        self, point: HookPoint | str, payload: dict[str, Any], emitter: Emitter | None = None
+    ) -> list[HookFailure]:
+        """Run a non-blocking point's handlers through ``emitter`` (which logs each failure
+        and records it as a signal when it has a sink); failures are isolated and returned."""
         point = _point(point)
         if point is HookPoint.TOOL_PRE:
             raise ConfigurationError("TOOL_PRE is blocking; use emit_pre() so its errors propagate")
+        emitter = emitter or Emitter()
         failures: list[HookFailure] = []
         for handler in self.handlers(point):
             try:
-                await call_user(handler, {"point": point, **payload})
+                outcome = await emitter.call(
+                    handler,
+                    {"point": point, **payload},
+                    where=str(point),
+                    call_id=payload.get("call_id"),
+                    passthrough=(StopHook,),
+                )
             except StopHook:
                 break  # lionagi's semantics: the chain ends here, and nothing failed
-            except Exception as exc:
-                name = callback_name(handler)
-                log.warning("%s hook %s failed: %s", point, name, error_text(exc))
-                failures.append(HookFailure(point, name, exc))
+            if outcome.error is not None:
+                failures.append(HookFailure(point, outcome.handler, outcome.error))
         return failures
 
 

@@ -25,10 +25,13 @@ class GateDenied:
 
 @dataclass(frozen=True, slots=True)
 class CallbackFailed:
-    """A hook handler, event observer or message callback raised; it was isolated (C5)."""
+    """A user callback raised (a hook handler, event observer, message or progress callback,
+    approval handler or extension method); it was isolated (C5)."""
 
     call_id: str | None
-    where: str  # "tool_post", "tool_error", "observer", "on_message" or "on_progress"
+    # "tool_post", "tool_error", "observer", "on_message", "on_progress", "approval",
+    # or an extension's method name
+    where: str
     handler: str
     error: str
     at: datetime = field(default_factory=_now)

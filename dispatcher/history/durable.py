@@ -24,7 +24,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
@@ -33,46 +33,16 @@ from toolfleet.broker.outage import OutageRetry, broker_unreachable
 from toolfleet.broker.redis_url import replica_acks_of, wait_for_replicas
 from toolfleet.dispatcher.infra.outage_log import outage_log
 from toolfleet.schemas.keys import Keys
+from toolfleet.schemas.lua_scripts import lua_script
 
 __all__ = ["APPEND_SCRIPT", "Chunk", "DurableLog", "Progress", "append_chunk", "replace_history"]
 
 log = logging.getLogger(__name__)
 
-# KEYS: events list, history list, written-count key ("" for none), open-batches hash ("" for
-# none: the chunk does not complete its batch).
-# ARGV: count before, count after, ttl seconds, number of events, batch id, events...,
-# messages...
-# Returns 1 when appended, 0 when the count shows the chunk is in already.
-APPEND_SCRIPT = """
-local n_events = tonumber(ARGV[4])
-if KEYS[4] ~= '' then
-  -- The chunk that completes its batch closes the journal in the same script (one
-  -- round trip less per act()): every earlier chunk is in (they are written in order), this
-  -- one is in once the script ends, and a chunk found in already closes it too (idempotent).
-  redis.call('HDEL', KEYS[4], ARGV[5])
-end
-if KEYS[3] ~= '' then
-  -- Advance the count and read the old one in one command (no separate GET); a chunk already in
-  -- puts the count back and appends nothing.
-  local current = redis.call('SET', KEYS[3], ARGV[2], 'EX', ARGV[3], 'GET')
-  if current and tonumber(current) >= tonumber(ARGV[2]) then
-    redis.call('SET', KEYS[3], current, 'EX', ARGV[3])
-    return 0
-  end
-end
-local function push(key, first, last)
-  local i = first
-  while i <= last do
-    local j = math.min(i + 499, last)
-    redis.call('RPUSH', key, unpack(ARGV, i, j))
-    i = j + 1
-  end
-  if last >= first then redis.call('EXPIRE', key, ARGV[3]) end
-end
-push(KEYS[1], 6, 5 + n_events)
-push(KEYS[2], 6 + n_events, #ARGV)
-return 1
-"""
+# Appends one history chunk exactly once (its KEYS and ARGV: the file's header): one
+# EVALSHA per write, the text sent again only when the server does not know it (a restart).
+_APPEND = lua_script("history_append")
+APPEND_SCRIPT = _APPEND.source
 
 # Even past the outage limit, one more second for the history: the broker may be back.
 _MIN_DRAIN_S = 1.0
@@ -108,7 +78,8 @@ async def append_chunk(
     """Append one chunk unless it is in already; True when this call appended it."""
     progress = Progress(*chunk.progress) if chunk.progress is not None else Progress("", 0, 0)
     open_key, batch_id = progress.closes or ("", "")
-    appended = await _append_script(client)(
+    appended = await _APPEND.run(
+        client,
         keys=[keys.events(branch_id), keys.history(branch_id), progress.key, open_key],
         args=[
             progress.before,
@@ -145,16 +116,6 @@ async def replace_history(
             if lines:
                 pipe.expire(key, ttl_s)
         await pipe.execute()
-
-
-def _append_script(client: aioredis.Redis) -> Any:
-    """The append script registered on ``client``: one EVALSHA per write, the
-    script text sent again only when the server does not know it (after a restart)."""
-    script = getattr(client, "_toolfleet_durable_append", None)
-    if script is None:
-        script = client.register_script(APPEND_SCRIPT)
-        client._toolfleet_durable_append = script  # type: ignore[attr-defined]
-    return script
 
 
 class DurableLog:

@@ -11,15 +11,14 @@ branch.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from toolfleet.broker import tracing
 from toolfleet.dispatcher.fleet import Fleet
-from toolfleet.dispatcher.govern.callbacks import call_user, callback_name, error_text
+from toolfleet.dispatcher.govern.emitter import Emitter
 from toolfleet.dispatcher.govern.hooks import HookBus
-from toolfleet.dispatcher.govern.session_signals import CallbackFailed, HistoryWriteFailed, Signal
+from toolfleet.dispatcher.govern.session_signals import HistoryWriteFailed, Signal
 from toolfleet.dispatcher.history.durable import Progress
 from toolfleet.dispatcher.history.history import BranchHistory, Unit
 from toolfleet.schemas.messages import Message
@@ -27,8 +26,6 @@ from toolfleet.schemas.record import EventRecord
 from toolfleet.schemas.status import EventStatus
 
 __all__ = ["EventObserver", "HistoryRecorder", "MessageCallback", "Progress", "SignalSink"]
-
-log = logging.getLogger(__name__)
 
 EventObserver = Callable[[EventRecord], "Awaitable[Any] | Any"]
 MessageCallback = Callable[[Message], "Awaitable[Any] | Any"]
@@ -50,6 +47,8 @@ class HistoryRecorder:
         self.branch_id = branch_id
         self.hooks = hooks
         self.signal = signal
+        # Every user callback of this branch is called, and its failure signalled, here.
+        self.emitter = Emitter(signal, owner=f"branch {branch_id}")
         self.history = BranchHistory(branch_id)
         self._observers = observers
         # The branch's own list: callbacks added later are called too.
@@ -62,12 +61,7 @@ class HistoryRecorder:
         for unit in units:
             if unit.hook_point is None:
                 continue
-            for failure in await self.hooks.emit(unit.hook_point, unit.hook_payload):
-                self.signal(
-                    CallbackFailed(
-                        unit.call_id, str(failure.point), failure.handler, error_text(failure.error)
-                    )
-                )
+            await self.hooks.emit(unit.hook_point, unit.hook_payload, self.emitter)
         attributes = {tracing.ATTR_BRANCH_ID: self.branch_id, "toolfleet.calls": len(units)}
         with tracing.span("toolfleet.history.write", attributes) as span:
             failure_text = await self.history.write(
@@ -94,17 +88,11 @@ class HistoryRecorder:
         for unit in units:
             for record in unit.events:
                 for observer in observers:
-                    await self._isolated(observer, record, unit.call_id, "observer")
+                    await self.emitter.call(
+                        observer, record, where="observer", call_id=unit.call_id
+                    )
             for message in (unit.request, unit.response):
                 for callback in self._callbacks:
-                    await self._isolated(callback, message, unit.call_id, "on_message")
-
-    async def _isolated(
-        self, handler: Callable[[Any], Any], arg: Any, call_id: str | None, where: str
-    ) -> None:
-        try:
-            await call_user(handler, arg)
-        except Exception as exc:
-            name = callback_name(handler)
-            log.warning("branch %s: %s %s failed: %s", self.branch_id, where, name, error_text(exc))
-            self.signal(CallbackFailed(call_id, where, name, error_text(exc)))
+                    await self.emitter.call(
+                        callback, message, where="on_message", call_id=unit.call_id
+                    )

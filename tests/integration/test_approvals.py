@@ -27,8 +27,10 @@ from toolfleet import (
     ApprovalError,
     ApprovalRequest,
     Branch,
+    CallbackFailed,
     CallParams,
     EventStatus,
+    Extension,
     Fleet,
     PermissionPolicy,
     Session,
@@ -239,6 +241,38 @@ def test_handlers_decide_in_process_none_leaves_the_call_to_others_and_replays_k
     run(settings, scenario, timeout_s=60)
     assert sorted(asked) == [10, 50, 500]
     assert ran(side) == [("refund", 1)]
+
+
+def test_a_failing_approval_handler_is_logged_and_signalled_and_the_next_is_asked(
+    approvals: tuple[Settings, dict[str, str]], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An approval handler goes through the one emitter: its failure is a CallbackFailed
+    signal of the branch whose call it was, besides the log line (docs/api.md)."""
+    settings, _ = approvals
+    side = tmp_path / "side"
+
+    class Approver(Extension):
+        def on_approval(self, request: ApprovalRequest) -> bool:
+            return True
+
+    async def scenario(fleet: Fleet) -> tuple[Branch, str | None]:
+        fleet.on_approval(lambda request: 1 / 0)  # type: ignore[arg-type,return-value]
+        fleet.use(Approver())
+        branch = Branch(fleet=fleet)
+        [result] = await asyncio.wait_for(branch.act([refund(side, 1, amount=10)]), 30)
+        assert result.output == "refunded 10"  # the next handler approved it
+        return branch, result.call_id
+
+    with caplog.at_level("WARNING", logger="toolfleet"):
+        branch, call_id = run(settings, scenario, timeout_s=60)
+    [failed] = [s for s in branch.signals if isinstance(s, CallbackFailed)]
+    assert (failed.call_id, failed.where) == (call_id, "approval")
+    assert failed.handler.endswith("<lambda>")
+    assert failed.error == "ZeroDivisionError: division by zero"
+    assert any(
+        "approval" in r.getMessage() and "ZeroDivisionError" in r.getMessage()
+        for r in caplog.records
+    )
 
 
 def test_a_handler_that_returns_a_string_decides_nothing_and_one_can_deny_with_its_reason(

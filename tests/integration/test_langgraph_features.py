@@ -161,7 +161,7 @@ def test_injected_values_that_cannot_reach_a_worker_are_refused(lg: AgentFleet) 
     fleet = Fleet(lg.settings)
     try:
         for tool, what in (
-            (langgraph_tools.remember, "'store' is InjectedStore"),
+            (langgraph_tools.remember_in_store, "'store' is InjectedStore"),
             (langgraph_tools.run_info, "'runtime' is ToolRuntime"),
         ):
             refusal = f"tool '{tool.__name__}': parameter {what}"

@@ -18,6 +18,7 @@ from tests.support.cli_support import REPO_ROOT, killed_on_exit, toolfleet_argv
 from tests.support.fleet import call, run
 from tests.support.waiting import until
 from toolfleet.dispatcher import Branch, Fleet
+from toolfleet.schemas.lua_scripts import lua_names
 from toolfleet.schemas.settings import Settings
 
 pytestmark = pytest.mark.slow
@@ -61,6 +62,10 @@ def test_the_wheel_installs_toolfleet_alone(tmp_path: Path) -> None:
         "toolfleet/py.typed",
     ):
         assert module in names, module
+    # Every Lua script ships, read where toolfleet.schemas.lua_scripts looks for it.
+    shipped = {n.removeprefix("toolfleet/schemas/lua/") for n in names if n.endswith(".lua")}
+    assert len(shipped) >= 10
+    assert shipped == {f"{name}.lua" for name in lua_names()}, sorted(shipped)
     (entry_points,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
     assert "toolfleet = toolfleet.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
 

@@ -25,7 +25,7 @@ __all__ = [
     "fan_out",
     "file_note",
     "mood_steps",
-    "remember",
+    "remember_in_store",
     "run_info",
     "set_mood",
     "stream_rows",
@@ -90,7 +90,7 @@ def count_messages(messages: Annotated[list[Any], InjectedState("messages")]) ->
 
 
 @tool
-def remember(key: str, store: Annotated[Any, InjectedStore()]) -> str:
+def remember_in_store(key: str, store: Annotated[Any, InjectedStore()]) -> str:
     """Remember a key in LangGraph's store (a live object: no worker can have it)."""
     return key
 

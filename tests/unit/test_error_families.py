@@ -45,6 +45,9 @@ NOT_OURS = {
     "asyncio.exceptions.CancelledError": "asyncio's cancellation, passed on as asyncio requires",
     "argparse.ArgumentTypeError": "argparse's, which it turns into a usage message",
     "toolfleet.schemas.serialize._Unserializable": "caught where raised; never leaves to_jsonable",
+    "mcp.shared.exceptions.MCPError": "the MCP SDK's JSON-RPC error, sent as the error response",
+    "agents.exceptions.ModelBehaviorError": "the Agents SDK's, for bad model output, as it raises",
+    "pydantic_ai.exceptions.UserError": "Pydantic AI's, for a misused RunContext, as it raises",
 }
 # Tool bodies, whose errors are their tools' own (the demo's tools fail on purpose).
 TOOL_MODULES = {"toolfleet.cli.demo_tools"}

@@ -112,6 +112,7 @@ class _Waiter:
     start: int
     count: int
     future: asyncio.Future[list[ActionResponseModel]]
+    order: int | None = None
     gone: bool = False
 
 
@@ -147,9 +148,12 @@ class TurnBatcher:
         items: Sequence[Any],
         call_params: CallParams | None = None,
         on_progress: ProgressCallback | None = None,
+        *,
+        order: int | None = None,
     ) -> list[ActionResponseModel]:
         """``items``' results, run in the batch of ``key``'s turn; ``on_progress`` hears the
-        batch's progress reports (the first submitter's callback is the turn's)."""
+        batch's progress reports (the first submitter's callback is the turn's). ``order``:
+        the items' place in the model's turn, when the submitters may arrive out of it."""
         loop = asyncio.get_running_loop()
         key = (loop, key)  # a turn is gathered on one event loop
         turn = self._open.get(key)
@@ -157,7 +161,7 @@ class TurnBatcher:
             turn = _Turn(branch(), call_params, on_progress)
             self._open[key] = turn
             turn.task = loop.create_task(self._run(key, turn))
-        waiter = _Waiter(len(turn.items), len(items), loop.create_future())
+        waiter = _Waiter(len(turn.items), len(items), loop.create_future(), order)
         turn.items.extend(items)
         turn.waiters.append(waiter)
         try:
@@ -183,6 +187,7 @@ class TurnBatcher:
         if all(w.gone for w in turn.waiters):
             return
         self.batch_sizes.append(len(turn.items))
+        _in_turn_order(turn)
         try:
             if turn.on_progress is None:
                 results = await turn.branch.act(turn.items, call_params=turn.call_params)
@@ -202,6 +207,21 @@ class TurnBatcher:
         for w in turn.waiters:
             if not w.future.done():
                 w.future.set_result(results[w.start : w.start + w.count])
+
+
+def _in_turn_order(turn: _Turn) -> None:
+    """Put the turn's items in the order their submitters gave (arrival order otherwise)."""
+    if all(w.order is None for w in turn.waiters):
+        return
+    # The waiters too: their results are handed out in this order, so the submitters resume
+    # (and the first failure among them raises) in the turn's order, as a local run does.
+    turn.waiters.sort(key=lambda w: (w.order is None, w.order or 0))
+    items: list[Any] = []
+    for w in turn.waiters:
+        chunk = turn.items[w.start : w.start + w.count]
+        w.start = len(items)
+        items.extend(chunk)
+    turn.items = items
 
 
 def fleet_tool(registry: Registry, item: Any) -> Tool:

@@ -229,7 +229,7 @@ class FleetToolNode(ToolNode):
         calls, _ = self._parse_input(input)
         writer = None if runtime.stream_writer is _NO_STREAM else runtime.stream_writer
         run = NodeRun(
-            {str(c["id"]) for c in calls if c.get("id") and c["name"] in self.tools_by_name},
+            [str(c["id"]) for c in calls if c.get("id") and c["name"] in self.tools_by_name],
             writer,
         )
         token = RUN.set(run)
@@ -293,6 +293,7 @@ class FleetToolNode(ToolNode):
                 [sent],
                 self.call_params,
                 run.on_progress if run is not None else None,
+                order=run.position(call) if run is not None else None,
             )
             return self._outcome(tool, result)
 

@@ -11,7 +11,7 @@ import contextlib
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextvars import ContextVar
 from typing import Any, NamedTuple, get_origin
 
@@ -22,11 +22,11 @@ from langgraph.prebuilt import InjectedStore, ToolRuntime
 from pydantic import BaseModel
 from pydantic_core import to_jsonable_python
 
-from toolfleet.dispatcher.batch.progress_relay import CallProgress
 from toolfleet.dispatcher.batch.units import DENIED_OUTPUT_ERROR
 from toolfleet.schemas.action import ActionResponseModel
 from toolfleet.schemas.error_info import rebuild_error
 from toolfleet.schemas.errors import ConfigurationError, ToolfleetError
+from toolfleet.schemas.progress import CallProgress
 from toolfleet.schemas.tool import Tool
 from toolfleet.workers.graph_context import CUSTOM_STREAM_KEY
 from toolfleet.workers.specs import tool_description
@@ -66,8 +66,13 @@ class NodeRun:
     Under ``graph.invoke`` (ToolNode's threads) the same: the last call to come, or the first
     whose wait ends, sends those gathered as one ``act_sync`` (:meth:`send_together`)."""
 
-    def __init__(self, call_ids: set[str], writer: Callable[[Any], None] | None = None) -> None:
+    def __init__(
+        self, call_ids: Sequence[str], writer: Callable[[Any], None] | None = None
+    ) -> None:
         self.results: dict[str, ActionResponseModel] = {}
+        # Each call's place in the model's message: a batch is sent in the model's order,
+        # whichever call reached the fleet first (calls arrive as their tasks get turns).
+        self._places = {call_id: place for place, call_id in enumerate(call_ids)}
         # The graph's stream writer (None outside a graph): the calls' writes on the workers
         # come as progress reports (toolfleet.workers.graph_context) and go on to it.
         self.writer = writer
@@ -78,6 +83,11 @@ class NodeRun:
             self._ready.set()
         self._changed = threading.Condition()
         self._gathered: list[_Slot] = []
+
+    def position(self, call: ToolCall | None) -> int | None:
+        """The place of ``call`` in the model's message (None: not one of this run's)."""
+        call_id = call.get("id") if call is not None else None
+        return self._places.get(str(call_id)) if call_id else None
 
     def settle(self, call_id: str) -> None:
         """``call_id`` is sent, or done without being sent."""
@@ -108,6 +118,7 @@ class NodeRun:
                 self._changed.wait(left)
             leader = not slot.taken
             batch = [s for s in self._gathered if not s.taken] if leader else []
+            batch.sort(key=lambda s: self._places.get(str(s.envelope.get("id")), len(self._places)))
             for gathered in batch:
                 gathered.taken = True
             self._gathered = [s for s in self._gathered if not s.taken]
@@ -165,7 +176,8 @@ class NodeRun:
         with contextlib.suppress(TimeoutError):
             # Bounded: an interceptor may hold its call back for good (or until another
             # call's result), and the calls already here must not wait for it.
-            await asyncio.wait_for(self._ready.wait(), GATHER_S)
+            async with asyncio.timeout(GATHER_S):
+                await self._ready.wait()
 
 
 class _Slot:

@@ -38,13 +38,14 @@ except ImportError as exc:  # pragma: no cover - the extra is part of the test i
     ) from exc
 
 from toolfleet.adapters.mcp_tasks import FleetTasks
-from toolfleet.dispatcher.batch.progress_relay import CallProgress, ProgressCallback
+from toolfleet.dispatcher.batch.progress_relay import ProgressCallback
 from toolfleet.dispatcher.batch.units import DENIED_OUTPUT_ERROR
 from toolfleet.dispatcher.branch import Branch
 from toolfleet.dispatcher.fleet import Fleet
 from toolfleet.dispatcher.govern.session_signals import GateDenied
 from toolfleet.dispatcher.session import Gate, Session
 from toolfleet.schemas.action import ActionResponseModel, CallParams
+from toolfleet.schemas.progress import CallProgress
 from toolfleet.schemas.status import EventStatus
 from toolfleet.schemas.tool import Tool
 

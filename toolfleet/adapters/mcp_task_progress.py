@@ -10,8 +10,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from toolfleet.adapters.mcp_task_store import TaskRecord, TaskStore
-from toolfleet.dispatcher.batch.progress_relay import CallProgress
-from toolfleet.schemas.progress import ProgressReport
+from toolfleet.schemas.progress import CallProgress, ProgressReport
 
 __all__ = ["PROGRESS_WRITE_S", "progress_text", "progress_writer"]
 

@@ -22,6 +22,7 @@ from typing import Any, cast
 import redis.asyncio as aioredis
 
 from toolfleet.schemas.keys import Keys
+from toolfleet.schemas.lua_scripts import lua_script
 
 __all__ = [
     "CREATOR_BEAT_S",
@@ -175,11 +176,10 @@ class TaskStore:
         """Set ``fields`` (and ``updated_at``) on an existing task; False when it is gone.
 
         A script, so a task that expired meanwhile is not recreated without its expiry."""
-        script = self._client.register_script(_ANNOTATE_SCRIPT)
         args = [repr(time.time())]
         for name, value in fields.items():
             args += [name, value]
-        done = await script(keys=[self.key(task_id)], args=args)
+        done = await _ANNOTATE.run(self._client, keys=[self.key(task_id)], args=args)
         return bool(done)
 
     async def finish(self, task_id: str, status: str, result: dict[str, Any] | None) -> bool:
@@ -190,13 +190,8 @@ class TaskStore:
         return await self.annotate(task_id, **fields)
 
 
-# KEYS[1] the task; ARGV[1] now, then field/value pairs. Writes only to a task that exists.
-_ANNOTATE_SCRIPT = """
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-redis.call('HSET', KEYS[1], 'updated_at', ARGV[1])
-for i = 2, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
-return 1
-"""
+# Writes fields only to a task that exists (its KEYS and ARGV: the file's header).
+_ANNOTATE = lua_script("mcp_task_annotate")
 
 
 def bounded_result(result: dict[str, Any]) -> dict[str, Any]:

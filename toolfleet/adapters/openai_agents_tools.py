@@ -15,7 +15,7 @@ from typing import Annotated, Any, get_args, get_type_hints, overload
 from pydantic import BaseModel, TypeAdapter, ValidationError, create_model
 from pydantic.json_schema import SkipJsonSchema
 
-from toolfleet.schemas.errors import ConfigurationError
+from toolfleet.schemas.errors import ArgumentValidationError, ConfigurationError
 from toolfleet.workers.registry import Registry
 from toolfleet.workers.registry import registry as default_registry
 from toolfleet.workers.registry import tool as register_tool
@@ -125,7 +125,7 @@ def context_preprocessor(
         try:
             context = TypeAdapter(context_type).validate_python(context)
         except ValidationError as exc:
-            raise ValueError(
+            raise ArgumentValidationError(
                 f"the run context does not fit {context_type.__qualname__}, the type the "
                 f"tool's {param!r} parameter declares: {exc}"
             ) from None

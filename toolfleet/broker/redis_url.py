@@ -13,6 +13,7 @@ other URL these are ``from_url`` with the caller's options, unchanged.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import redis
@@ -22,6 +23,7 @@ import redis.sentinel as sync_sentinel
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from toolfleet.broker.redis_cancel import keep_cancellations
+from toolfleet.schemas.client_settings import client_settings, set_client_settings
 from toolfleet.schemas.errors import ConfigurationError
 from toolfleet.schemas.sentinel_url import (
     SentinelTarget,
@@ -162,15 +164,15 @@ REPLICA_WAIT_MS = 1000
 
 
 def require_replica_acks(client: Any, replicas: int) -> Any:
-    """Mark ``client``: its writes of records and history count as written only once
-    ``replicas`` replicas acknowledge them (Settings.replica_acks); returns ``client``."""
-    client._toolfleet_replica_acks = replicas
-    return client
+    """Keep for ``client`` (:mod:`toolfleet.schemas.client_settings`, not on the client): its
+    writes of records and history count as written only once ``replicas`` replicas
+    acknowledge them (Settings.replica_acks); returns ``client``."""
+    return set_client_settings(client, replace(client_settings(client), replica_acks=replicas))
 
 
 def replica_acks_of(client: Any) -> int:
     """The replicas a write on ``client`` must reach (0: none asked for)."""
-    return int(getattr(client, "_toolfleet_replica_acks", 0))
+    return client_settings(client).replica_acks
 
 
 def _shortfall(acked: Any, replicas: int) -> None:

@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from toolfleet.schemas.approval import ApprovalRequest
-from toolfleet.schemas.errors import ApprovalNotWaitingError
+from toolfleet.schemas.errors import ApprovalNotWaitingError, RequestError
 
 __all__ = ["register"]
 
@@ -138,7 +138,7 @@ def _list(args: argparse.Namespace) -> int:
     return 0
 
 
-class _Ambiguous(Exception):
+class _Ambiguous(RequestError):
     """Raised when a CALL_ID prefix names several waiting calls."""
 
 

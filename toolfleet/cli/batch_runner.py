@@ -21,13 +21,13 @@ from dataclasses import dataclass
 
 from toolfleet.cli.batch_file import BatchLine
 from toolfleet.cli.call_record import CallRecord, Outcome
-from toolfleet.dispatcher.batch.progress_relay import CallProgress
 from toolfleet.dispatcher.fleet import Fleet
 from toolfleet.dispatcher.session import Gate, Session
 from toolfleet.schemas.action import ActionResponseModel, CallParams
 from toolfleet.schemas.error_info import ErrorInfo
 from toolfleet.schemas.errors import InternalError
 from toolfleet.schemas.messages import ActionResponse, Message
+from toolfleet.schemas.progress import CallProgress
 from toolfleet.schemas.record import EventRecord
 from toolfleet.schemas.settings import Settings
 from toolfleet.schemas.status import EventStatus

@@ -29,7 +29,7 @@ from rich.table import Table
 from rich.text import Text
 
 from toolfleet.cli.call_record import OUTCOMES, CallRecord
-from toolfleet.dispatcher.batch.progress_relay import CallProgress
+from toolfleet.schemas.progress import CallProgress
 
 __all__ = [
     "CALL_ROWS",
