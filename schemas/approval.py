@@ -4,7 +4,8 @@ A call that needs a person's (or a program's) yes waits in Redis, not on a worke
 call (``Keys.approval(call_id)``) and one sorted set of the waiting call ids
 (``Keys.approvals()``). The dispatcher that parked it polls the hash; anyone who can reach the
 broker decides it (``toolfleet approve``/``deny``, ``Fleet.approve``/``deny``, an approval
-handler) through :data:`DECIDE` (``approval_decide.lua``), which lets exactly one decision in.
+handler) through one script (``approval_decide.lua``, run by
+toolfleet.dispatcher.govern.approvals), which lets exactly one decision in.
 """
 
 from __future__ import annotations
@@ -16,15 +17,10 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict
 
-from toolfleet.schemas.lua_scripts import lua_script
 from toolfleet.schemas.model import ToolfleetModel
 
 __all__ = [
-    "DECIDE",
-    "DECIDE_SCRIPT",
     "DEFAULT_APPROVAL_TIMEOUT_S",
-    "PARK",
-    "PARK_SCRIPT",
     "ApprovalRequest",
     "ApprovalState",
     "parked_message",
@@ -35,12 +31,6 @@ DEFAULT_APPROVAL_TIMEOUT_S = 3600.0
 
 ApprovalState = Literal["waiting", "approved", "denied", "expired"]
 
-# The scripts that park a call and decide it, read once from toolfleet/schemas/lua/ (their
-# KEYS and ARGV: the files' headers); the *_SCRIPT names are their text.
-PARK = lua_script("approval_park")
-DECIDE = lua_script("approval_decide")
-PARK_SCRIPT = PARK.source
-DECIDE_SCRIPT = DECIDE.source
 
 # The hash fields that are not ApprovalRequest fields: what the parked call's dispatcher, or
 # `toolfleet recover`, needs to enqueue it once approved (its arguments unredacted, as a

@@ -7,7 +7,7 @@ several hosts share one bucket and one set of leases, and their clocks need not 
 
 from __future__ import annotations
 
-from toolfleet.schemas.lua_scripts import lua_script
+from toolfleet.broker.lua_scripts import lua_script
 
 __all__ = [
     "SLOT_ACQUIRE",
@@ -18,7 +18,7 @@ __all__ = [
     "TOKEN_BUCKET_SCRIPT",
 ]
 
-# The scripts, as files of toolfleet/schemas/lua/ (each file's header: its KEYS and ARGV),
+# The scripts, as files of toolfleet/broker/lua/ (each file's header: its KEYS and ARGV),
 # read once: the token bucket of a rate limit, taking and renewing a slot's lease.
 TOKEN_BUCKET = lua_script("limit_token_bucket")
 SLOT_ACQUIRE = lua_script("limit_slot_acquire")

@@ -8,8 +8,8 @@ script: :func:`toolfleet.workers.store.queue_begin`.)
 
 from __future__ import annotations
 
+from toolfleet.broker.lua_scripts import lua_script
 from toolfleet.schemas.keys import Keys
-from toolfleet.schemas.lua_scripts import lua_script
 from toolfleet.schemas.wire import CallResult
 
 __all__ = [
@@ -23,7 +23,7 @@ __all__ = [
 ]
 
 
-# The scripts, as files of toolfleet/schemas/lua/ (each file's header: its KEYS and ARGV),
+# The scripts, as files of toolfleet/broker/lua/ (each file's header: its KEYS and ARGV),
 # read once. FINISH writes a terminal record (the first of an attempt wins), RELEASE drops a
 # started marker still ours, TAKE_OVER replaces a stale marker.
 FINISH = lua_script("record_finish")

@@ -17,6 +17,7 @@ import redis
 import redis.asyncio as aioredis
 
 from toolfleet.broker.liveness import HEARTBEAT_STALE_S, StartedMarker
+from toolfleet.broker.lua_scripts import lua_script
 from toolfleet.broker.outage import through_outage
 from toolfleet.broker.redis_url import (
     async_pooled_client,
@@ -25,7 +26,6 @@ from toolfleet.broker.redis_url import (
     wait_for_replicas_sync,
 )
 from toolfleet.schemas.keys import Keys
-from toolfleet.schemas.lua_scripts import lua_script
 from toolfleet.schemas.settings import Settings
 from toolfleet.schemas.wire import CallResult
 from toolfleet.workers.limit_scripts import SLOT_RENEW

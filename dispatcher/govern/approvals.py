@@ -3,7 +3,7 @@
 A call that needs approval (its tool says ``approval=True``; a gate returned
 :class:`Escalate`; a TOOL_PRE hook raised ``ApprovalRequired``) is parked before it is
 enqueued: it holds no worker slot, and the batch's other calls go on. Whoever can reach the
-broker decides it, exactly once (``toolfleet.schemas.approval.DECIDE``); the waiting
+broker decides it, exactly once (``toolfleet.dispatcher.govern.approvals.DECIDE``); the waiting
 dispatcher polls the call's hash, bounded by the call's approval time. Everything lives in
 Redis, so a dispatcher that dies while calls wait leaves them decidable for
 ``toolfleet recover`` (``toolfleet.dispatcher.history.recover``).
@@ -23,12 +23,8 @@ from typing import Any
 import redis
 import redis.asyncio as aioredis
 
-from toolfleet.schemas.approval import (
-    DECIDE,
-    PARK,
-    ApprovalRequest,
-    ApprovalState,
-)
+from toolfleet.broker.lua_scripts import lua_script
+from toolfleet.schemas.approval import ApprovalRequest, ApprovalState
 from toolfleet.schemas.errors import ApprovalNotWaitingError, ConfigurationError
 from toolfleet.schemas.keys import Keys
 
@@ -50,6 +46,11 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 # A handler gets each parked call; True approves, False denies, None leaves it to others.
+# The scripts that park a call and decide it, read once from toolfleet/broker/lua/ (their
+# KEYS and ARGV: the files' headers).
+PARK = lua_script("approval_park")
+DECIDE = lua_script("approval_decide")
+
 ApprovalHandler = Callable[[ApprovalRequest], "bool | Awaitable[bool | None] | None"]
 
 # How often a waiting dispatcher reads the call's hash: soon at first (a handler or a quick

@@ -29,11 +29,11 @@ from typing import NamedTuple
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
+from toolfleet.broker.lua_scripts import lua_script
 from toolfleet.broker.outage import OutageRetry, broker_unreachable
 from toolfleet.broker.redis_url import replica_acks_of, wait_for_replicas
 from toolfleet.dispatcher.infra.outage_log import outage_log
 from toolfleet.schemas.keys import Keys
-from toolfleet.schemas.lua_scripts import lua_script
 
 __all__ = ["APPEND_SCRIPT", "Chunk", "DurableLog", "Progress", "append_chunk", "replace_history"]
 

@@ -17,8 +17,8 @@ import toolfleet
 from tests.support.cli_support import REPO_ROOT, killed_on_exit, toolfleet_argv
 from tests.support.fleet import call, run
 from tests.support.waiting import until
+from toolfleet.broker.lua_scripts import lua_names
 from toolfleet.dispatcher import Branch, Fleet
-from toolfleet.schemas.lua_scripts import lua_names
 from toolfleet.schemas.settings import Settings
 
 pytestmark = pytest.mark.slow
@@ -62,8 +62,8 @@ def test_the_wheel_installs_toolfleet_alone(tmp_path: Path) -> None:
         "toolfleet/py.typed",
     ):
         assert module in names, module
-    # Every Lua script ships, read where toolfleet.schemas.lua_scripts looks for it.
-    shipped = {n.removeprefix("toolfleet/schemas/lua/") for n in names if n.endswith(".lua")}
+    # Every Lua script ships, read where toolfleet.broker.lua_scripts looks for it.
+    shipped = {n.removeprefix("toolfleet/broker/lua/") for n in names if n.endswith(".lua")}
     assert len(shipped) >= 10
     assert shipped == {f"{name}.lua" for name in lua_names()}, sorted(shipped)
     (entry_points,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]

@@ -1,4 +1,4 @@
-"""The Lua scripts are files of toolfleet/schemas/lua/, each loaded by exactly one name in the
+"""The Lua scripts are files of toolfleet/broker/lua/, each loaded by exactly one name in the
 code, and no Python module carries one as a string (docs/layout.md, "Lua scripts")."""
 
 from __future__ import annotations
@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 import redis
 
+from toolfleet.broker.client_settings import ClientSettings, client_settings
+from toolfleet.broker.lua_scripts import lua_names, lua_script, lua_source
 from toolfleet.broker.redis_url import replica_acks_of, require_replica_acks
-from toolfleet.schemas.client_settings import ClientSettings, client_settings
 from toolfleet.schemas.errors import ConfigurationError
-from toolfleet.schemas.lua_scripts import lua_names, lua_script, lua_source
 
 ROOT = Path(__file__).resolve().parents[2]
-LUA = ROOT / "schemas" / "lua"
+LUA = ROOT / "toolfleet" / "broker" / "lua"
 # Where toolfleet's Python lives in the checkout (toolfleet/ links to the other three).
 SOURCES = [
     ROOT / "schemas",
@@ -24,7 +24,7 @@ SOURCES = [
     ROOT / "toolfleet",
     ROOT / "bench",
 ]
-LOADER = ROOT / "schemas" / "lua_scripts.py"
+LOADER = ROOT / "toolfleet" / "broker" / "lua_scripts.py"
 _LOADED = re.compile(r"\blua_(?:script|source)\(\s*([^)]*)\)")
 
 
@@ -73,7 +73,7 @@ def test_no_python_module_carries_a_lua_script_as_a_string() -> None:
     carriers = [
         str(path.relative_to(ROOT)) for path in _python_files() if "redis.call(" in path.read_text()
     ]
-    assert not carriers, f"Lua belongs in schemas/lua/*.lua, not in {carriers}"
+    assert not carriers, f"Lua belongs in toolfleet/broker/lua/*.lua, not in {carriers}"
 
 
 @pytest.mark.parametrize("name", sorted(lua_names()))

@@ -21,8 +21,8 @@ from typing import Any, cast
 
 import redis.asyncio as aioredis
 
+from toolfleet.broker.lua_scripts import lua_script
 from toolfleet.schemas.keys import Keys
-from toolfleet.schemas.lua_scripts import lua_script
 
 __all__ = [
     "CREATOR_BEAT_S",

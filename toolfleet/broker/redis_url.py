@@ -22,8 +22,8 @@ import redis.asyncio.sentinel as async_sentinel
 import redis.sentinel as sync_sentinel
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from toolfleet.broker.client_settings import client_settings, set_client_settings
 from toolfleet.broker.redis_cancel import keep_cancellations
-from toolfleet.schemas.client_settings import client_settings, set_client_settings
 from toolfleet.schemas.errors import ConfigurationError
 from toolfleet.schemas.sentinel_url import (
     SentinelTarget,
@@ -164,7 +164,7 @@ REPLICA_WAIT_MS = 1000
 
 
 def require_replica_acks(client: Any, replicas: int) -> Any:
-    """Keep for ``client`` (:mod:`toolfleet.schemas.client_settings`, not on the client): its
+    """Keep for ``client`` (:mod:`toolfleet.broker.client_settings`, not on the client): its
     writes of records and history count as written only once ``replicas`` replicas
     acknowledge them (Settings.replica_acks); returns ``client``."""
     return set_client_settings(client, replace(client_settings(client), replica_acks=replicas))

@@ -1,4 +1,4 @@
-"""The Lua scripts toolfleet runs in Redis: files in ``toolfleet/schemas/lua/``, read once.
+"""The Lua scripts toolfleet runs in Redis: files in ``toolfleet/broker/lua/``, read once.
 
 Each ``<name>.lua`` there is one script, headed by a comment saying what it does, its KEYS and
 its ARGV. :func:`lua_script` reads a file once per process (``importlib.resources``, so it works
@@ -24,13 +24,13 @@ from toolfleet.schemas.errors import ConfigurationError
 
 __all__ = ["LUA_FOLDER", "LuaScript", "lua_names", "lua_script", "lua_source"]
 
-# Where the scripts live, as a package resource of toolfleet.schemas (shipped in the wheel:
+# Where the scripts live, as a package resource of toolfleet.broker (shipped in the wheel:
 # pyproject's package-data).
 LUA_FOLDER = "lua"
 
 
 def _folder() -> Traversable:
-    return resources.files("toolfleet.schemas").joinpath(LUA_FOLDER)
+    return resources.files("toolfleet.broker").joinpath(LUA_FOLDER)
 
 
 @functools.cache
@@ -48,7 +48,7 @@ def lua_source(name: str) -> str:
     """The text of script ``name``, read from its file once per process."""
     if name not in lua_names():
         raise ConfigurationError(
-            f"no Lua script named {name!r}: toolfleet/schemas/lua/ holds "
+            f"no Lua script named {name!r}: toolfleet/broker/lua/ holds "
             f"{', '.join(sorted(lua_names()))}; name one of these, or add {name}.lua there"
         )
     return _folder().joinpath(f"{name}.lua").read_text(encoding="utf-8")
@@ -74,7 +74,7 @@ class _AsyncRun(AsyncScript):
 
 
 class LuaScript:
-    """One script of ``toolfleet/schemas/lua/``, ready to run on any client."""
+    """One script of ``toolfleet/broker/lua/``, ready to run on any client."""
 
     __slots__ = ("_async", "_blocking", "name", "sha", "source")
 
