@@ -24,6 +24,8 @@ from tests.support.fleet import run
 from tests.support.langgraph_support import ScriptedChatModel, calls
 from toolfleet import Fleet
 from toolfleet.adapters.langgraph import FleetToolNode
+from toolfleet.dispatcher.branch import Branch
+from toolfleet.schemas.action import CallParams
 from toolfleet.schemas.errors import ConfigurationError
 from toolfleet.schemas.settings import Settings
 
@@ -86,17 +88,30 @@ def lines(path: Path) -> list[str]:
 def test_an_interrupt_on_a_worker_pauses_the_graph_and_the_resume_value_reaches_it(
     lg: AgentFleet, tmp_path: Path
 ) -> None:
-    """graph.ainvoke: one interrupt, one resume."""
+    """graph.ainvoke: one interrupt, one resume. A pause is not a failure: with retries on,
+    the interrupted call is not run again."""
     local = local_run(tmp_path / "local.txt", ["proceed?"], ["yes"])
 
-    async def scenario(fleet: Fleet) -> list[dict[str, Any]]:
-        node = FleetToolNode([TOOL], fleet=fleet)
+    async def scenario(fleet: Fleet) -> tuple[list[dict[str, Any]], Branch]:
+        node = FleetToolNode([TOOL], fleet=fleet, call_params=CallParams(retry_attempts=2))
         graph = asking_graph(node, tmp_path / "fleet.txt", ["proceed?"])
         config = thread()
         paused = await graph.ainvoke({"messages": [HumanMessage("go")]}, config)
-        return [paused, await graph.ainvoke(Command(resume="yes"), config)]
+        resumed = await graph.ainvoke(Command(resume="yes"), config)
+        branch_id = node.branch_id(config["configurable"]["thread_id"])
+        assert branch_id is not None
+        return [paused, resumed], await Branch.load(branch_id, fleet=fleet)
 
-    on_fleet = run(lg.settings, scenario)
+    on_fleet, stored = run(lg.settings, scenario)
+    # toolfleet's history says what happened: the call paused; on resume, it was answered
+    # from its record (C7: not run again), then run again with the answer as a new call.
+    requests, responses = stored.messages[::2], stored.messages[1::2]
+    assert [m.content.tool_call_id for m in requests] == ["q1", "q1", "q1#resume-1"]
+    assert [r.content.error for r in responses[:2]] == [
+        "ToolInterruptedError: the tool called interrupt({'question': 'proceed?'}) and waits "
+        "for Command(resume=...)"
+    ] * 2
+    assert responses[2].content.output == ["yes"]
     assert asked(on_fleet[0]) == asked(local[0]) == [{"question": "proceed?"}]
     assert answers(on_fleet[0]) == answers(local[0]) == []  # paused: no ToolMessage yet
     assert asked(on_fleet[1]) == asked(local[1]) == []
