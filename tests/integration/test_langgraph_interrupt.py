@@ -5,6 +5,7 @@ LangGraph re-runs a node from its start. Real workers, a scripted model, an InMe
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -122,21 +123,26 @@ def test_an_interrupt_on_a_worker_pauses_the_graph_and_the_resume_value_reaches_
     assert lines(tmp_path / "fleet.txt") == ["asking proceed?", "asking proceed?", 'answer "yes"']
 
 
-def test_two_interrupts_in_one_tool_resume_in_order_under_graph_invoke(
-    lg: AgentFleet, tmp_path: Path
+@pytest.mark.parametrize("path", ["invoke", "ainvoke"])
+def test_two_interrupts_in_one_tool_resume_in_order(
+    lg: AgentFleet, tmp_path: Path, path: str
 ) -> None:
-    """graph.invoke (ToolNode's threads): the tool's second interrupt() gets the second
-    resume value, and the first run's answer is given to it again on the worker."""
+    """graph.invoke (ToolNode's threads) and graph.ainvoke: the tool's second interrupt()
+    gets the second resume value, the first one given to it again on the worker."""
     questions, resumes = ["first?", "second?"], ["x", {"n": 2}]
     local = local_run(tmp_path / "local.txt", questions, resumes)
-    fleet = Fleet(lg.settings)
-    try:
-        graph = asking_graph(FleetToolNode([TOOL], fleet=fleet), tmp_path / "fleet.txt", questions)
-        config = thread()
-        on_fleet = [graph.invoke({"messages": [HumanMessage("go")]}, config)]
-        on_fleet += [graph.invoke(Command(resume=value), config) for value in resumes]
-    finally:
-        fleet.close()
+    inputs: list[Any] = [{"messages": [HumanMessage("go")]}]
+    inputs += [Command(resume=value) for value in resumes]
+
+    async def scenario(fleet: Fleet) -> list[dict[str, Any]]:
+        node = FleetToolNode([TOOL], fleet=fleet)
+        graph, config = asking_graph(node, tmp_path / "fleet.txt", questions), thread()
+        if path == "ainvoke":
+            return [await graph.ainvoke(given, config) for given in inputs]
+        # graph.invoke blocks: off the loop, as an application's sync code would run it
+        return await asyncio.to_thread(lambda: [graph.invoke(given, config) for given in inputs])
+
+    on_fleet = run(lg.settings, scenario)
     assert [asked(s) for s in on_fleet] == [asked(s) for s in local]
     assert [asked(s) for s in on_fleet] == [[{"question": "first?"}], [{"question": "second?"}], []]
     assert [answers(s) for s in on_fleet] == [answers(s) for s in local]
