@@ -18,7 +18,7 @@ from toolfleet.schemas.errors import (
     MalformedRequestError,
     UnknownToolError,
 )
-from toolfleet.schemas.function_calling import normalize_arguments
+from toolfleet.schemas.function_calling import GRAPH_RESUME_KEY, normalize_arguments
 from toolfleet.schemas.record import bounded_arguments, shown_arguments
 from toolfleet.schemas.serialize import format_error
 
@@ -54,6 +54,11 @@ def open_call(
         if item.tool_call_type == "custom":
             raw = custom_arguments(tool, raw)  # free-form text: the one string parameter
         arguments = normalize_arguments(tool, raw)
+        # Resume values come from the envelope only (Envelope.graph_resume); one a model put
+        # in the arguments is dropped before enqueue, as any value the framework injects.
+        arguments.pop(GRAPH_RESUME_KEY, None)
+        if item.graph_resume is not None:
+            arguments[GRAPH_RESUME_KEY] = list(item.graph_resume)
     except Exception as exc:
         ctx = _refused_context(item, fleet, branch_id, call_id)
         return aborted_unit(ctx, _refusal(item, exc), raise_after=raise_after)

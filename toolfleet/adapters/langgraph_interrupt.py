@@ -23,7 +23,6 @@ from langgraph.types import interrupt
 
 from toolfleet.schemas.action import ActionResponseModel
 from toolfleet.schemas.errors import ConfigurationError, ToolInterruptedError
-from toolfleet.schemas.function_calling import GRAPH_RESUME_KEY
 
 __all__ = ["Pause", "paused", "resumed", "resumed_async"]
 
@@ -57,8 +56,9 @@ def _next_call(name: str, sent: dict[str, Any], pause: Pause, given: list[Any]) 
             "Command(resume=<JSON value>)"
         ) from None
     given.append(answer)
-    arguments = {**sent["arguments"], GRAPH_RESUME_KEY: list(given)}
-    return {**sent, "id": f"{sent['id']}#resume-{len(given)}", "arguments": arguments}
+    # Beside the arguments, not in them: the dispatcher takes resume values from the envelope
+    # only, so a model's arguments can never answer an interrupt().
+    return {**sent, "id": f"{sent['id']}#resume-{len(given)}", "graph_resume": list(given)}
 
 
 def resumed(
