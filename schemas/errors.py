@@ -54,6 +54,7 @@ __all__ = [
     "RemoteToolError",
     "RequestError",
     "SetupError",
+    "ToolInterruptedError",
     "ToolTimeoutError",
     "ToolfleetError",
     "TypeError",
@@ -188,6 +189,20 @@ class RateLimitedError(CallError):
         # When a retry may be let through, in seconds; a result carries it as
         # error_info.fields["retry_after_s"], and rebuild_error sets it back.
         self.retry_after_s = retry_after_s
+
+
+class ToolInterruptedError(CallError):
+    """Raised on a worker when a LangGraph tool calls ``interrupt()`` with no resume value
+    left for it: the call stops there, its record saying at which ``interrupt()`` (``index``,
+    from 0) and with which ``value``, for ``FleetToolNode`` to pause the graph with."""
+
+    info_fields = ("index", "value")
+
+    def __init__(self, message: str = "", *, index: int | None = None, value: Any = None) -> None:
+        super().__init__(message)
+        # The interrupt's place among the tool run's interrupt() calls, and what it asked.
+        self.index = index
+        self.value = value
 
 
 class RemoteToolError(CallError):

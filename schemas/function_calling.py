@@ -16,9 +16,19 @@ from toolfleet.schemas.serialize import to_jsonable
 from toolfleet.schemas.signature import validation_problems
 from toolfleet.schemas.tool import Tool, is_coro_func
 
-__all__ = ["REDACTED", "FunctionCalling", "normalize_arguments", "redact"]
+__all__ = [
+    "GRAPH_RESUME_KEY",
+    "REDACTED",
+    "FunctionCalling",
+    "normalize_arguments",
+    "redact",
+    "tool_arguments",
+]
 
 REDACTED = "***"
+# The argument that carries a LangGraph tool's resume values to its worker (FleetToolNode):
+# not the tool's, so it is kept out of validation and never passed to the function.
+GRAPH_RESUME_KEY = "__langgraph_resume__"
 
 
 def redact(arguments: Mapping[str, Any], secret_args: frozenset[str]) -> dict[str, Any]:
@@ -26,11 +36,24 @@ def redact(arguments: Mapping[str, Any], secret_args: frozenset[str]) -> dict[st
     return {k: (REDACTED if k in secret_args else v) for k, v in arguments.items()}
 
 
+def tool_arguments(arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """``arguments`` without the resume values of a LangGraph tool: what the function takes."""
+    return {k: v for k, v in arguments.items() if k != GRAPH_RESUME_KEY}
+
+
 def normalize_arguments(tool: Tool, arguments: Any) -> dict[str, Any]:
     """Validate ``arguments`` against ``tool`` and return the normalized dict.
 
-    Raises ArgumentValidationError naming the tool and what is wrong.
+    Raises ArgumentValidationError naming the tool and what is wrong. The resume values of a
+    LangGraph tool (:data:`GRAPH_RESUME_KEY`) are not validated and stay as they are.
     """
+    if isinstance(arguments, Mapping) and GRAPH_RESUME_KEY in arguments:
+        resume = arguments[GRAPH_RESUME_KEY]
+        return {**_normalized(tool, tool_arguments(arguments)), GRAPH_RESUME_KEY: resume}
+    return _normalized(tool, arguments)
+
+
+def _normalized(tool: Tool, arguments: Any) -> dict[str, Any]:
     if isinstance(arguments, BaseModel):
         arguments = arguments.model_dump(exclude_unset=True)
     if not isinstance(arguments, Mapping):

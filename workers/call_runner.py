@@ -29,7 +29,11 @@ from toolfleet.schemas.errors import (
     UnknownToolError,
     WorkerLostError,
 )
-from toolfleet.schemas.function_calling import FunctionCalling
+from toolfleet.schemas.function_calling import (
+    GRAPH_RESUME_KEY,
+    FunctionCalling,
+    tool_arguments,
+)
 from toolfleet.schemas.record import not_run_result
 from toolfleet.schemas.serialize import UNSERIALIZABLE
 from toolfleet.schemas.settings import Settings
@@ -39,6 +43,7 @@ from toolfleet.schemas.wire import CallMessage, CallResult
 from toolfleet.workers.alarm import per_call_alarm, sync_tool_deadline
 from toolfleet.workers.current_call import CurrentCall, bind_call, running_message
 from toolfleet.workers.failure import rebuild_error
+from toolfleet.workers.graph_context import interrupted
 from toolfleet.workers.guard import check_call, reply_to_problem
 from toolfleet.workers.limits import acquire_limits, forget_slot, limits_client, release_limits
 from toolfleet.workers.runtime import CallRuntime, CallStore
@@ -227,7 +232,8 @@ async def _run_tool(
 ) -> Outcome:
     timeout_s = _effective_timeout(msg.timeout_s or tool.timeout_s, limit_s)
     try:
-        call = FunctionCalling(func_tool=tool, arguments=msg.arguments, timeout_s=timeout_s)
+        arguments = tool_arguments(msg.arguments)  # resume values go to interrupt(), not the tool
+        call = FunctionCalling(func_tool=tool, arguments=arguments, timeout_s=timeout_s)
     except Exception as exc:  # construction errors are raised by design; here they are data
         return await _finish_failed(store, msg, tool, exc, hostname)
     try:
@@ -243,13 +249,13 @@ async def _run_tool(
             # The tool's last progress report is pushed before its record (never after it).
             await current.settle()
             # What the tool raised (caught by invoke) makes its own span ERROR too.
-            error = _tool_error(call, tool, timeout_s, limit_s)
+            error = _tool_error(call, tool, timeout_s, limit_s, msg)
             if isinstance(error, BaseException):  # what the tool raised, not a stored record
                 tracing.record_error(tool_span, error, message=not tool.secret_args)
     except BaseException:
         if not cancel_is_final():
             raise
-    error = _tool_error(call, tool, timeout_s, limit_s)
+    error = _tool_error(call, tool, timeout_s, limit_s, msg)
     event = {**call.to_dict(), "tool_call_id": msg.tool_call_id}
     _warn_if_unserializable(tool, call.execution.response, event)
     result = CallResult(
@@ -289,7 +295,11 @@ def _warn_if_unserializable(tool: Tool, response: Any, event: dict[str, Any]) ->
 
 
 def _tool_error(
-    call: FunctionCalling, tool: Tool, timeout_s: float | None, limit_s: float | None
+    call: FunctionCalling,
+    tool: Tool,
+    timeout_s: float | None,
+    limit_s: float | None,
+    msg: CallMessage,
 ) -> BaseException | str | None:
     """The call's error, Celery's soft limit turned into the tool's timeout."""
     error = call.execution.error
@@ -304,6 +314,9 @@ def _tool_error(
             timeout_s=limit,
         )
         call.execution.error = error
+    pause = interrupted(error, msg.arguments.get(GRAPH_RESUME_KEY))
+    if pause is not None:  # a LangGraph tool's interrupt(): where it stopped, as structure
+        error = call.execution.error = pause
     return error
 
 

@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from toolfleet.schemas.errors import NoCurrentCallError
+from toolfleet.schemas.function_calling import GRAPH_RESUME_KEY
 from toolfleet.schemas.progress import check_progress
 from toolfleet.schemas.settings import Settings
 from toolfleet.schemas.wire import CallMessage
@@ -140,7 +141,8 @@ def bind_call(call: CurrentCall) -> Iterator[CurrentCall]:
     """Make ``call`` what :func:`current_call` returns inside the block."""
     token = _current.set(call)
     try:
-        with graph_context(call.progress):  # get_stream_writer() of a LangGraph tool: its progress
+        # get_stream_writer() of a LangGraph tool: its progress; interrupt(): its resume values
+        with graph_context(call.progress, call.message.arguments.get(GRAPH_RESUME_KEY)):
             yield call
     finally:
         _current.reset(token)

@@ -17,7 +17,7 @@ from toolfleet.schemas.errors import (
     MalformedRequestError,
     UnknownToolError,
 )
-from toolfleet.schemas.function_calling import normalize_arguments
+from toolfleet.schemas.function_calling import GRAPH_RESUME_KEY, normalize_arguments
 from toolfleet.schemas.record import bounded_arguments, shown_arguments
 from toolfleet.schemas.serialize import format_error
 from toolfleet.schemas.tool import Tool
@@ -73,6 +73,11 @@ def admit(item: Item, fleet: Tools, branch_id: str | None, call_id: str) -> Call
         if item.tool_call_type == "custom":
             raw = custom_arguments(tool, raw)  # free-form text: the one string parameter
         arguments = normalize_arguments(tool, raw)
+        # Resume values come from the envelope only (Envelope.graph_resume); one a model put
+        # in the arguments is dropped before enqueue, as any value the framework injects.
+        arguments.pop(GRAPH_RESUME_KEY, None)
+        if item.graph_resume is not None:
+            arguments[GRAPH_RESUME_KEY] = list(item.graph_resume)
     except Exception as exc:
         return Refused(_refused_context(item, fleet, branch_id, call_id), _refusal(item, exc))
     return _context(item, branch_id, item.function, arguments, call_id, tool)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from pydantic import BaseModel
@@ -71,6 +71,10 @@ class Envelope:
     arguments_error: str | None = None
     request: ActionRequest | None = None
     tool_call_type: ToolCallType = "function"
+    # A LangGraph tool's resume values for its interrupt() calls (FleetToolNode sends them
+    # under "graph_resume" beside "function" and "arguments"): never read from the arguments,
+    # which a model writes, or a model could answer a tool's interrupt() itself.
+    graph_resume: list[Any] | None = None
 
 
 def normalize(request: Any) -> Envelope:
@@ -184,7 +188,9 @@ def _from_mapping(data: Mapping[str, Any], original: Any) -> Envelope:
         return _checked(data.get("name"), data.get("input", {}), original, data.get("id"))
     if "function" in data and "arguments" in data:
         tool_call_id = next((data[k] for k in _ID_KEYS if data.get(k)), None)
-        return _checked(data["function"], data["arguments"], original, tool_call_id)
+        envelope = _checked(data["function"], data["arguments"], original, tool_call_id)
+        resume = data.get("graph_resume")
+        return replace(envelope, graph_resume=resume) if isinstance(resume, list) else envelope
     raise MalformedRequestError(
         f"action request dict has keys {safe_repr(list(data)[:10])}, not both "
         f"'function' and 'arguments' nor a provider tool call: {_preview(data)}; add the "

@@ -54,6 +54,7 @@ from toolfleet.schemas.errors import (
     BrokerError,
     CallLostError,
     NoWorkerError,
+    ToolInterruptedError,
     ToolTimeoutError,
 )
 from toolfleet.schemas.limits import limit_fields
@@ -282,6 +283,7 @@ class Transaction:
             events.append(history_record(ctx, result))
             if (
                 result.status is EventStatus.FAILED
+                and not _paused(result)
                 and attempt < self.params.retry_attempts
                 and not self._stopped()
                 and not self.deadline.expired()
@@ -346,3 +348,10 @@ class Transaction:
                 if wait_s > 0:
                     await asyncio.sleep(wait_s)
             self._last_start_s = time.monotonic()
+
+
+def _paused(result: CallResult) -> bool:
+    """The call's tool stopped at a LangGraph ``interrupt()``: it waits for a resume value, and
+    running it again without one would only stop it there again, so it is not retried."""
+    error = (result.event.get("execution") or {}).get("error")
+    return isinstance(error, dict) and error.get("error") == ToolInterruptedError.__name__

@@ -19,7 +19,7 @@ from toolfleet.workers.registry import tool
 __all__ = [
     "AuditTag",
     "OutOfStock",
-    "ask_first",
+    "ask_logged",
     "buy",
     "count_messages",
     "fan_out",
@@ -113,9 +113,18 @@ def stream_rows(rows: int, pause_s: float = 0.0) -> int:
 
 
 @tool
-def ask_first(question: str) -> str:
-    """Ask the human, through LangGraph's interrupt(), before answering."""
-    return str(interrupt(question))
+def ask_logged(path: str, questions: list[str]) -> list[Any]:
+    """Ask each question through interrupt(), writing a line to the file at ``path`` before
+    each (the side effect a re-run repeats) and one with each answer; returns the answers."""
+    answers = []
+    for question in questions:
+        with Path(path).open("a", encoding="utf-8") as out:
+            out.write(f"asking {question}\n")
+        answer = interrupt({"question": question})
+        with Path(path).open("a", encoding="utf-8") as out:
+            out.write(f"answer {json.dumps(answer)}\n")
+        answers.append(answer)
+    return answers
 
 
 @tool

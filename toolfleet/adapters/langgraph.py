@@ -33,8 +33,11 @@ whose tool calls run on toolfleet's workers.
   (``LiveInjectionError``; with ``tools=None`` it is left out, with a warning).
 - **Returns.** A tool may return a ``Command`` (update, ``goto`` a node) or a list of
   ``Command``s and ``ToolMessage``s: they travel as JSON and are rebuilt here
-  (``langgraph_wire``). A result with no JSON form is ``NoJSONOutputError``; a tool calling
-  ``interrupt()`` on a worker fails with ``OutsideTheGraphError``. ``get_stream_writer()``
+  (``langgraph_wire``). A result with no JSON form is ``NoJSONOutputError``.
+  ``interrupt()`` in a tool on a worker pauses the graph as under ToolNode (same
+  ``__interrupt__``; a checkpointer and a thread, as LangGraph needs), and
+  ``Command(resume=...)`` (a JSON value) reaches the worker, where the tool runs again from
+  its start (``langgraph_interrupt``). ``get_stream_writer()``
   writes on a worker reach the graph's ``custom`` stream as the call's progress reports (at
   most 10 a second, the latest kept).
 - **Batches.** The calls of one AIMessage are one batch: each waits until every call of the
@@ -93,6 +96,7 @@ from toolfleet.adapters.langgraph_calls import (
     langchain_tool,
     refuse_live_injections,
 )
+from toolfleet.adapters.langgraph_interrupt import resumed, resumed_async
 from toolfleet.adapters.langgraph_wire import graph_output
 from toolfleet.dispatcher.branch import Branch
 from toolfleet.dispatcher.fleet import Fleet
@@ -276,6 +280,7 @@ class FleetToolNode(ToolNode):
                 result = node_run.send_together(str(call["id"]), sent, act)
             else:
                 [result] = act([sent])
+            result = resumed(name, sent, result, lambda again: act([again])[0])
             return self._outcome(tool, result)
 
         async def arun(config: RunnableConfig, **kwargs: Any) -> Any:
@@ -287,14 +292,27 @@ class FleetToolNode(ToolNode):
             # Keyed by thread: create_react_agent's Send runs one node per call, and the
             # calls of one superstep arrive together. Without a thread, by node run.
             key: Any = ("thread", thread) if thread else ("run", RUN.get() or object())
+            progress = run.on_progress if run is not None else None
+
+            def branch_for() -> Branch:
+                return self.conversations.branch_for(thread)
+
             [result] = await self.batcher.submit(
                 key,
-                lambda: self.conversations.branch_for(thread),
+                branch_for,
                 [sent],
                 self.call_params,
-                run.on_progress if run is not None else None,
+                progress,
                 order=run.position(call) if run is not None else None,
             )
+
+            async def again(resent: dict[str, Any]) -> ActionResponseModel:
+                [answer] = await self.batcher.submit(
+                    key, branch_for, [resent], self.call_params, progress
+                )
+                return answer
+
+            result = await resumed_async(name, sent, result, again)
             return self._outcome(tool, result)
 
         return FleetCall(

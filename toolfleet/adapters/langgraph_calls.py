@@ -210,8 +210,9 @@ class FleetCall(StructuredTool):
 
 
 class OutsideTheGraphError(ToolfleetError):
-    """Raised when a tool on a worker calls a LangGraph function that needs the graph's run
-    (``get_stream_writer()``, ``interrupt()``, ``get_config()``), which a worker does not have."""
+    """Raised when a tool on a worker calls a LangGraph function that needs a part of the
+    graph's run a worker does not have (a worker gives a tool a stream writer, ``interrupt()``
+    and a config: nothing else of the run)."""
 
 
 class NoJSONOutputError(ToolfleetError):
@@ -220,8 +221,8 @@ class NoJSONOutputError(ToolfleetError):
 
 
 def _outside_the_run(kind: str, message: str) -> bool:
-    """LangGraph's error for a run-time function called with no graph run (a worker gives a
-    tool a run with a stream writer only: interrupt() misses its scratchpad there)."""
+    """LangGraph's error for a run-time function called with no graph run, or with a part of
+    the run a worker does not give a tool (toolfleet.workers.graph_context)."""
     if kind == "RuntimeError":
         return "outside of a runnable context" in message
     return kind == "KeyError" and "__pregel_" in message
@@ -234,10 +235,9 @@ def exception(result: ActionResponseModel) -> BaseException:
     info = result.error_info
     if info is not None and _outside_the_run(info.type, info.message):
         return OutsideTheGraphError(
-            f"tool {result.function!r} called a LangGraph function that needs the graph's run "
-            f"(interrupt(), get_config(); {info.type}: {info.message}); a worker has none: ask "
-            "for approval with @tool(approval=True), interrupt in a node before the tools "
-            "node, or keep this tool in a ToolNode"
+            f"tool {result.function!r} called a LangGraph function that needs a part of the "
+            f"graph's run a worker does not have ({info.type}: {info.message}); a worker has "
+            "a stream writer, interrupt() and a config only: keep this tool in a ToolNode"
         )
     if info is not None:
         return rebuild_error(info)
