@@ -20,7 +20,7 @@ from langgraph.runtime import Runtime
 from tests.support import langgraph_tools, sample_tools
 from tests.support.agent_fleet import TOOLS, AgentFleet, agent_fleet
 from tests.support.fleet import run
-from tests.support.langgraph_support import ScriptedChatModel, calls
+from tests.support.langgraph_support import ScriptedChatModel, agent_loop, calls
 from toolfleet import Fleet
 from toolfleet.adapters.langgraph import FleetToolNode
 from toolfleet.schemas.errors import ConfigurationError
@@ -202,17 +202,7 @@ def stream_graph(node: ToolNode) -> Any:
     model = ScriptedChatModel(
         replies=[calls(("stream_rows", {"rows": 3, "pause_s": 0.15}, "r1")), AIMessage("done")]
     )
-
-    def agent(state: MessagesState) -> dict[str, Any]:
-        return {"messages": [model.invoke(state["messages"])]}
-
-    builder = StateGraph(MessagesState)
-    builder.add_node("agent", agent)
-    builder.add_node("tools", node)
-    builder.add_edge(START, "agent")
-    builder.add_conditional_edges("agent", tools_condition)
-    builder.add_edge("tools", "agent")
-    return builder.compile()
+    return agent_loop(model, node)
 
 
 def test_get_stream_writer_on_a_worker_writes_to_the_graphs_custom_stream(lg: AgentFleet) -> None:

@@ -21,7 +21,6 @@ from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.tools import StructuredTool
 from langchain_core.tools import tool as langchain_tool
 from langgraph.graph import START, MessagesState, StateGraph
-from langgraph.graph.state import CompiledStateGraph
 from langgraph.prebuilt import ToolNode, create_react_agent, tools_condition
 from langgraph.prebuilt.tool_node import TOOL_CALL_ERROR_TEMPLATE
 
@@ -34,7 +33,7 @@ from tests.support.agent_fleet import (
     documented_glue,
 )
 from tests.support.fleet import run
-from tests.support.langgraph_support import ScriptedChatModel, calls
+from tests.support.langgraph_support import ScriptedChatModel, agent_loop, calls
 from toolfleet import Branch, Fleet, HookPoint, PermissionPolicy, Session
 from toolfleet.adapters.langgraph import FleetToolNode
 from toolfleet.schemas.errors import ConfigurationError
@@ -48,19 +47,9 @@ def lg(fleet_settings: Settings, redis_url: str) -> Iterator[AgentFleet]:
         yield fleet
 
 
-def agent_graph(model: Any, node: ToolNode) -> CompiledStateGraph[Any, Any, Any, Any]:
+def agent_graph(model: Any, node: ToolNode) -> Any:
     """The classic loop: agent → tools_condition → tools → agent."""
-
-    async def agent(state: MessagesState) -> dict[str, Any]:
-        return {"messages": [await model.ainvoke(state["messages"])]}
-
-    builder = StateGraph(MessagesState)
-    builder.add_node("agent", agent)
-    builder.add_node("tools", node)
-    builder.add_edge(START, "agent")
-    builder.add_conditional_edges("agent", tools_condition)
-    builder.add_edge("tools", "agent")
-    return builder.compile()
+    return agent_loop(model, node)
 
 
 def thread() -> dict[str, Any]:

@@ -18,15 +18,20 @@ import pytest
 import redis
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.tools import StructuredTool
-from langgraph.graph import START, MessagesState, StateGraph
-from langgraph.graph.state import CompiledStateGraph
-from langgraph.prebuilt import ToolNode, tools_condition
+from langgraph.graph import MessagesState
+from langgraph.prebuilt import ToolNode
 from pydantic import BaseModel
 
 from tests.support import langgraph_tools
 from tests.support.agent_fleet import TOOLS, AgentFleet, agent_fleet
 from tests.support.fleet import run
-from tests.support.langgraph_support import ScriptedChatModel, calls, carries, redis_traffic
+from tests.support.langgraph_support import (
+    ScriptedChatModel,
+    agent_loop,
+    calls,
+    carries,
+    redis_traffic,
+)
 from toolfleet import Branch, Fleet
 from toolfleet.adapters.langgraph import FleetToolNode
 from toolfleet.schemas.errors import ConfigurationError
@@ -47,17 +52,8 @@ class NoteState(MessagesState):
     auth: str
 
 
-def note_graph(model: Any, node: ToolNode) -> CompiledStateGraph[Any, Any, Any, Any]:
-    def agent(state: NoteState) -> dict[str, Any]:
-        return {"messages": [model.invoke(state["messages"])]}
-
-    builder = StateGraph(NoteState)
-    builder.add_node("agent", agent)
-    builder.add_node("tools", node)
-    builder.add_edge(START, "agent")
-    builder.add_conditional_edges("agent", tools_condition)
-    builder.add_edge("tools", "agent")
-    return builder.compile()
+def note_graph(model: Any, node: ToolNode) -> Any:
+    return agent_loop(model, node, NoteState)
 
 
 def forged_turn(path: Path) -> AIMessage:

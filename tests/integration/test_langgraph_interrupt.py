@@ -16,14 +16,13 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.tools import StructuredTool
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.graph import END, START, MessagesState, StateGraph
-from langgraph.prebuilt import ToolNode, tools_condition
+from langgraph.prebuilt import ToolNode
 from langgraph.types import Command
 
 from tests.support import langgraph_tools
 from tests.support.agent_fleet import TOOLS, AgentFleet, agent_fleet
 from tests.support.fleet import run
-from tests.support.langgraph_support import ScriptedChatModel, calls
+from tests.support.langgraph_support import ScriptedChatModel, agent_loop, calls
 from toolfleet import Fleet
 from toolfleet.adapters.langgraph import FleetToolNode
 from toolfleet.dispatcher.branch import Branch
@@ -50,17 +49,7 @@ def asking_graph(node: ToolNode, path: Path, questions: list[str]) -> Any:
         ]
     )
 
-    def agent(state: MessagesState) -> dict[str, Any]:
-        return {"messages": [model.invoke(state["messages"])]}
-
-    builder = StateGraph(MessagesState)
-    builder.add_node("agent", agent)
-    builder.add_node("tools", node)
-    builder.add_edge(START, "agent")
-    builder.add_conditional_edges("agent", tools_condition)
-    builder.add_edge("tools", "agent")
-    builder.add_edge("agent", END)
-    return builder.compile(checkpointer=InMemorySaver())
+    return agent_loop(model, node, checkpointer=InMemorySaver())
 
 
 def thread() -> dict[str, Any]:

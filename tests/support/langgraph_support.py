@@ -1,5 +1,6 @@
 """What the LangGraph adapter's tests share: a scripted chat model (no network), a turn of
-tool calls, and a recorder of every command Redis receives while a scenario runs."""
+tool calls, the classic agent loop around a tools node, and a recorder of every command Redis
+receives while a scenario runs."""
 
 from __future__ import annotations
 
@@ -16,9 +17,13 @@ import redis
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.runnables import RunnableLambda
 from langchain_core.utils.function_calling import convert_to_openai_tool
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.prebuilt import ToolNode, tools_condition
 
-__all__ = ["ScriptedChatModel", "calls", "carries", "redis_traffic"]
+__all__ = ["ScriptedChatModel", "agent_loop", "calls", "carries", "redis_traffic"]
 
 
 class ScriptedChatModel(BaseChatModel):
@@ -44,6 +49,30 @@ class ScriptedChatModel(BaseChatModel):
 
 def calls(*specs: tuple[str, dict[str, Any], str]) -> AIMessage:
     return AIMessage("", tool_calls=[{"name": n, "args": a, "id": i} for n, a, i in specs])
+
+
+def agent_loop(
+    model: Any,
+    node: ToolNode,
+    state: type[Any] = MessagesState,
+    checkpointer: BaseCheckpointSaver[Any] | None = None,
+) -> Any:
+    """The classic loop, agent → tools_condition → tools → agent, compiled; its agent node
+    runs under graph.invoke/stream and graph.ainvoke alike."""
+
+    def agent(values: Any) -> dict[str, Any]:
+        return {"messages": [model.invoke(values["messages"])]}
+
+    async def aagent(values: Any) -> dict[str, Any]:
+        return {"messages": [await model.ainvoke(values["messages"])]}
+
+    builder = StateGraph(state)
+    builder.add_node("agent", RunnableLambda(agent, afunc=aagent))
+    builder.add_node("tools", node)
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges("agent", tools_condition)
+    builder.add_edge("tools", "agent")
+    return builder.compile(checkpointer=checkpointer)
 
 
 @contextmanager
