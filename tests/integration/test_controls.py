@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import redis
 
-from tests.support.fleet import call, collect_replies, private_workers, run
+from tests.support.fleet import act_on, call, collect_replies, private_workers, run
 from tests.support.overlap import most_at_once as peak_of
 from tests.support.waiting import until, until_async
 from toolfleet import NoCurrentCallError, RateLimitedError, current_call, rebuild_error
@@ -48,15 +48,6 @@ def controls(redis_url: str) -> Iterator[Settings]:
     """Settings of a sync and an async worker serving this module's queues and key prefix."""
     with private_workers(redis_url, "controls", tools=TOOLS) as env:
         yield Settings.from_env(env, tools=TOOLS)
-
-
-def act(
-    settings: Settings, requests: list[dict[str, Any]], params: CallParams | None = None
-) -> list[ActionResponseModel]:
-    async def scenario(fleet: Fleet) -> list[ActionResponseModel]:
-        return await Branch(fleet=fleet).act(requests, call_params=params)
-
-    return run(settings, scenario)
 
 
 def side_lines(side: Path) -> list[Start]:
@@ -101,7 +92,7 @@ def test_a_rate_limit_holds_under_a_burst_and_per_tenant(
         for i in range(calls)
     ]
     sent_at = time.time()  # the side channel's clock
-    results = act(controls, requests)
+    results = act_on(controls, requests)
     completed(results)
     lines = side_lines(side)
     assert len(lines) == calls
@@ -126,7 +117,7 @@ def test_a_concurrency_cap_holds_and_no_slot_is_left(
 ) -> None:
     side = tmp_path / "side"
     requests = [call(function, side=str(side), token=i, seconds=0.25) for i in range(6)]
-    results = act(controls, requests, CallParams(bundle_size=bundle_size))
+    results = act_on(controls, requests, CallParams(bundle_size=bundle_size))
     completed(results)
     lines = side_lines(side)
     assert len(lines) == 12
@@ -141,11 +132,11 @@ def test_the_wait_for_a_limit_does_not_eat_a_sync_tools_timeout(
     side = tmp_path / "side"
     # One at a time, 1 s each to run: the last of three waits 1.2 s for its slot, and runs.
     requests = [call("capped_with_timeout", side=str(side), token=i, seconds=0.6) for i in range(3)]
-    completed(act(controls, requests))
+    completed(act_on(controls, requests))
     starts = [at for phase, _, at, _ in side_lines(side) if phase == "S"]
     assert max(starts) - min(starts) > 1.0
     # The tool's own timeout_s still holds, from its start.
-    (late,) = act(controls, [call("capped_with_timeout", side=str(side), token=3, seconds=5)])
+    (late,) = act_on(controls, [call("capped_with_timeout", side=str(side), token=3, seconds=5)])
     assert late.status is EventStatus.FAILED
     assert (late.error or "").startswith("ToolTimeoutError: "), late.error
 
@@ -206,7 +197,7 @@ def test_limit_key_gives_each_tenant_its_own_slots(controls: Settings, tmp_path:
         for i in range(9)
     ]
     started = time.monotonic()
-    completed(act(controls, requests))
+    completed(act_on(controls, requests))
     elapsed_s = time.monotonic() - started
     lines = side_lines(side)
     for tenant in tenants:
@@ -221,7 +212,7 @@ def test_a_call_past_its_limit_wait_fails_rate_limited_with_retry_after(
     tenant, other = f"acme-{uuid.uuid4().hex[:6]}", f"globex-{uuid.uuid4().hex[:6]}"
     requests = [call("rated_slowly", tenant=tenant) for _ in range(3)]
     started = time.monotonic()
-    results = act(
+    results = act_on(
         controls, [*requests, call("rated_slowly", tenant=other)], CallParams(limit_wait_s=0.5)
     )
     assert time.monotonic() - started < 10
@@ -248,7 +239,7 @@ def test_a_call_past_its_limit_wait_fails_rate_limited_with_retry_after(
     # A concurrency cap: a third call finds both slots taken for longer than it may wait.
     side = tmp_path / "side"
     capped = [call("capped_async", side=str(side), token=i, seconds=1.5) for i in range(3)]
-    results = act(controls, capped, CallParams(limit_wait_s=0.3))
+    results = act_on(controls, capped, CallParams(limit_wait_s=0.3))
     statuses = sorted(r.status.value for r in results)
     assert statuses == ["completed", "completed", "failed"], [r.error for r in results]
     (failed,) = [r for r in results if r.status is EventStatus.FAILED]
@@ -276,7 +267,7 @@ def test_a_tool_without_limits_adds_no_redis_command(
         seen: list[str] = []
         monitor_client = redis.Redis.from_url(redis_url)
         with monitor_client.monitor() as monitor:
-            results = act(controls, requests)
+            results = act_on(controls, requests)
             completed(results)
             redis_client.set(f"{prefix}:monitor-end", "1")
             for command in monitor.listen():
@@ -353,7 +344,7 @@ def test_the_effect_key_is_one_per_call_on_sync_and_async_tools(
 
 def test_a_retried_attempt_keeps_the_effect_key(controls: Settings, tmp_path: Path) -> None:
     path = tmp_path / "flaky"
-    (retried,) = act(
+    (retried,) = act_on(
         controls, [call("effect_key_flaky", path=str(path))], CallParams(retry_attempts=1)
     )
     assert retried.status is EventStatus.COMPLETED

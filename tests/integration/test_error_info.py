@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
-from tests.support.fleet import call, private_workers, run
+from tests.support.fleet import act_on, call, private_workers, run
 from toolfleet import (
     ArgumentValidationError,
     ErrorInfo,
@@ -17,7 +16,7 @@ from toolfleet import (
     ToolTimeoutError,
     rebuild_error,
 )
-from toolfleet.dispatcher import Branch, Fleet, Session
+from toolfleet.dispatcher import Fleet, Session
 from toolfleet.schemas.action import ActionResponseModel, CallParams
 from toolfleet.schemas.settings import Settings
 from toolfleet.schemas.status import EventStatus
@@ -36,15 +35,6 @@ def workers(redis_url: str) -> Iterator[Settings]:
         yield Settings.from_env(env, tools=TOOLS)
 
 
-def act(
-    settings: Settings, requests: list[dict[str, Any]], params: CallParams | None = None
-) -> list[ActionResponseModel]:
-    async def scenario(fleet: Fleet) -> list[ActionResponseModel]:
-        return await Branch(fleet=fleet).act(requests, call_params=params)
-
-    return run(settings, scenario)
-
-
 def info_of(result: ActionResponseModel) -> ErrorInfo:
     assert result.error_info is not None, result
     # The text is the structure's own "Type: message", as it always was.
@@ -53,7 +43,9 @@ def info_of(result: ActionResponseModel) -> ErrorInfo:
 
 
 def test_a_tool_raising_value_error_on_either_pool(workers: Settings) -> None:
-    results = act(workers, [call("fail", message="kaput 7"), call("fail_async", message="kaput 8")])
+    results = act_on(
+        workers, [call("fail", message="kaput 7"), call("fail_async", message="kaput 8")]
+    )
     for result, text in zip(results, ("kaput 7", "kaput 8"), strict=True):
         assert result.status is EventStatus.FAILED
         info = info_of(result)
@@ -63,7 +55,7 @@ def test_a_tool_raising_value_error_on_either_pool(workers: Settings) -> None:
 
 
 def test_a_tool_modules_own_exception_class(workers: Settings) -> None:
-    (result,) = act(workers, [call("out_of_stock", item="anvil")])
+    (result,) = act_on(workers, [call("out_of_stock", item="anvil")])
     info = info_of(result)
     assert (info.type, info.module) == ("InventoryError", "tests.support.error_tools")
     assert info.message == "anvil is out of stock" and info.fields == {}
@@ -76,7 +68,7 @@ def test_a_tool_modules_own_exception_class(workers: Settings) -> None:
 
 @pytest.mark.parametrize("function", ["overruns_sync", "overruns_async"])
 def test_a_tool_past_its_timeout(workers: Settings, function: str) -> None:
-    (result,) = act(workers, [call(function, seconds=5)])
+    (result,) = act_on(workers, [call(function, seconds=5)])
     assert result.status is EventStatus.FAILED
     info = info_of(result)
     assert (info.type, info.module) == ("ToolTimeoutError", ERRORS_MODULE)
@@ -86,14 +78,16 @@ def test_a_tool_past_its_timeout(workers: Settings, function: str) -> None:
 
 
 def test_a_straggler_the_dispatcher_gives_up_on(workers: Settings) -> None:
-    (result,) = act(workers, [call("sleep_async", seconds=5)], CallParams(deadline_s=0.5))
+    (result,) = act_on(workers, [call("sleep_async", seconds=5)], CallParams(deadline_s=0.5))
     info = info_of(result)
     assert (info.type, info.module) == ("ToolTimeoutError", ERRORS_MODULE)
     assert info.fields == {"timeout_s": 0.5}
 
 
 def test_an_argument_validation_failure_names_the_argument(workers: Settings) -> None:
-    results = act(workers, [call("add", a="seven", b=1), call("add", a=1), call("add", a=1, b=2)])
+    results = act_on(
+        workers, [call("add", a="seven", b=1), call("add", a=1), call("add", a=1, b=2)]
+    )
     wrong_type, missing, fine = results
     assert fine.status is EventStatus.COMPLETED and fine.error_info is None
     for result, argument in ((wrong_type, "a"), (missing, "b")):
@@ -107,7 +101,7 @@ def test_an_argument_validation_failure_names_the_argument(workers: Settings) ->
 
 def test_a_rate_limited_call_says_when_to_retry(workers: Settings) -> None:
     tenant = f"acme-{uuid.uuid4().hex[:6]}"
-    results = act(
+    results = act_on(
         workers,
         [call("rated_slowly", tenant=tenant), call("rated_slowly", tenant=tenant)],
         CallParams(limit_wait_s=0),

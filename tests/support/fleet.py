@@ -23,7 +23,7 @@ from tests.support.waiting import until
 from toolfleet.dispatcher import Branch, Fleet
 from toolfleet.dispatcher.send.enqueue import publish_calls
 from toolfleet.embedded.processes import reap_with_this_process, release_group
-from toolfleet.schemas.action import ActionResponseModel
+from toolfleet.schemas.action import ActionResponseModel, CallParams
 from toolfleet.schemas.messages import ActionRequest, ActionResponse
 from toolfleet.schemas.settings import Settings
 from toolfleet.schemas.tool import Tool
@@ -35,6 +35,7 @@ from toolfleet.workers.registry import registry as default_registry
 __all__ = [
     "REPO_ROOT",
     "WorkerProcess",
+    "act_on",
     "assert_linked_pairs",
     "call",
     "collect_replies",
@@ -356,6 +357,17 @@ def run(settings: Settings, scenario: Callable[[Fleet], Awaitable[T]], timeout_s
             await fleet.aclose()
 
     return asyncio.run(main())
+
+
+def act_on(
+    settings: Settings, requests: list[dict[str, Any]], params: CallParams | None = None
+) -> list[ActionResponseModel]:
+    """One ``Branch.act(requests)`` on a fresh branch of a fleet of ``settings``."""
+
+    async def scenario(fleet: Fleet) -> list[ActionResponseModel]:
+        return await Branch(fleet=fleet).act(requests, call_params=params)
+
+    return run(settings, scenario)
 
 
 def assert_linked_pairs(branch: Branch, results: Sequence[ActionResponseModel]) -> None:
