@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 import pytest
 import redis
 
+from tests.support.chaos_support import group_pids
 from tests.support.cli_support import REPO_ROOT, cli_env
 from tests.support.waiting import until
 from toolfleet.cli.batch_file import BatchLine
@@ -36,21 +37,6 @@ def _alive(pid: int) -> bool:
     except (OSError, IndexError):
         return False
     return state != "Z"
-
-
-def _group_members(pgids: set[int]) -> list[int]:
-    """Live processes in any of the process groups ``pgids`` (prefork pool children too)."""
-    members = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if fields[0] != "Z" and int(fields[2]) in pgids:
-            members.append(int(entry.name))
-    return members
 
 
 @pytest.fixture()
@@ -80,7 +66,7 @@ def test_embedded_fleet_runs_calls_and_stops_every_process(short_dir: Path) -> N
         assert len(pids) == 3 and all(_alive(pid) for pid in pids)
         groups = {proc.pid for proc in fleet.workers.values()}
         # The sync worker's prefork pool runs in its group: leader + 2 processes.
-        assert len(_group_members(groups)) >= 4
+        assert len(group_pids(*groups, live_only=True)) >= 4
         assert [pid for pid, _ in live_fleets(base)] == [os.getpid()]
         lines = [
             BatchLine(1, "add", {"a": 2, "b": 3}),
@@ -95,7 +81,7 @@ def test_embedded_fleet_runs_calls_and_stops_every_process(short_dir: Path) -> N
         assert sync_who.output["pid"] not in (os.getpid(), fleet.workers["sync"].pid)
     for pid in pids:
         until(lambda pid=pid: not _alive(pid), timeout_s=5, what=f"pid {pid} to exit")
-    assert _group_members(groups) == []
+    assert group_pids(*groups, live_only=True) == set()
     assert list(live_fleets(base)) == []
     # The data survives for the next run; the per-run directory does not.
     assert (tmp_path / "tf" / "embedded" / "dump.rdb").exists()
@@ -162,11 +148,11 @@ def test_sigkilled_parent_leaves_no_orphans(tmp_path: Path) -> None:
         assert parent.stdout is not None
         line = parent.stdout.readline()
         *groups, redis_pid = map(int, line.split())
-        assert len(_group_members(set(groups))) >= 4 and _alive(redis_pid)
+        assert len(group_pids(*groups, live_only=True)) >= 4 and _alive(redis_pid)
         parent.send_signal(signal.SIGKILL)
         parent.wait(timeout=10)
         until(
-            lambda: not _group_members(set(groups)) and not _alive(redis_pid),
+            lambda: not group_pids(*groups, live_only=True) and not _alive(redis_pid),
             timeout_s=10,
             what="the workers, their pool and redis to die with their parent",
         )

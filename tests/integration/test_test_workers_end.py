@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.chaos_support import group_pids
 from tests.support.cli_support import REPO_ROOT, cli_env, killed_on_exit
 from tests.support.waiting import until
 
@@ -29,21 +30,6 @@ print(worker.pid, flower.proc.pid, flush=True)
 while True:
     time.sleep(1)
 """
-
-
-def _group(pgid: int) -> list[int]:
-    """Live (not zombie) processes of process group ``pgid``."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if fields[0] != "Z" and int(fields[2]) == pgid:
-            found.append(int(entry.name))
-    return found
 
 
 @pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGINT], ids=["sigkill", "sigint"])
@@ -64,15 +50,23 @@ def test_a_worker_ends_with_the_test_process_that_started_it(
         assert starter.stdout is not None
         worker_pid, flower_pid = map(int, starter.stdout.readline().split())
         try:
-            until(lambda: len(_group(worker_pid)) >= 3, timeout_s=30, what="the pool started")
+            until(
+                lambda: len(group_pids(worker_pid, live_only=True)) >= 3,
+                timeout_s=30,
+                what="the pool started",
+            )
             starter.send_signal(how)
             starter.wait(timeout=30)
             until(
-                lambda: not _group(worker_pid) and not _group(flower_pid),
+                lambda: not group_pids(worker_pid, flower_pid, live_only=True),
                 timeout_s=10,
-                what=lambda: f"all gone; left: {_group(worker_pid) + _group(flower_pid)}",
+                what=lambda: (
+                    f"all gone; left: {group_pids(worker_pid, flower_pid, live_only=True)}"
+                ),
             )
         finally:
-            for pid in _group(worker_pid) + _group(flower_pid):  # nothing left if it fails
+            for pid in group_pids(
+                worker_pid, flower_pid, live_only=True
+            ):  # nothing left if it fails
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)

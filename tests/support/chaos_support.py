@@ -161,15 +161,17 @@ class Ledger:
         return marks
 
 
-def group_pids(pgid: int) -> set[int]:
-    """Every process now in process group ``pgid`` (a worker and its prefork children)."""
+def group_pids(*pgids: int, live_only: bool = False) -> set[int]:
+    """Every process now in the process groups ``pgids`` (a worker and its prefork
+    children); ``live_only``: zombies (ended, not yet reaped) left out."""
     pids: set[int] = set()
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             fields = stat.read_text().rsplit(")", 1)[1].split()
         except (OSError, IndexError):
             continue
-        if int(fields[2]) == pgid:  # after the command: state, ppid, pgrp
+        # After the command: state, ppid, pgrp.
+        if int(fields[2]) in pgids and not (live_only and fields[0] == "Z"):
             pids.add(int(stat.parent.name))
     return pids
 
